@@ -1,0 +1,1 @@
+"""The ``distspec`` command line: argparse, one module per verb, imported lazily."""

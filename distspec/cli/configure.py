@@ -1,0 +1,65 @@
+"""``distspec configure -s SCHED``: write a commented config section listing every option."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("-s", "--scheduler", required=True, help="the scheduler to configure")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=".distspecconfig",
+        help="file to add the section to (default: ./.distspecconfig); '-' prints it",
+    )
+    parser.add_argument("--force", action="store_true", help="replace an existing section")
+
+
+def render_section(scheduler: str) -> str:
+    """A ``[scheduler:NAME]`` section: every option commented out at its default, with help."""
+    from distspec.schedulers._registry import SchedulerRegistry
+
+    cls = SchedulerRegistry().get(scheduler)
+    lines = [f"[scheduler:{scheduler}]"]
+    for spec in cls.run_opts():
+        lines.append("")
+        for text in textwrap.wrap(f"{spec.help} ({spec.type_name})", 76):
+            lines.append(f"# {text}")
+        lines.append(f"# {spec.name} = {spec.format(spec.default)}")
+    return "\n".join(lines) + "\n"
+
+
+def main(args: argparse.Namespace) -> int:
+    from distspec.errors import UsageError
+
+    section = render_section(args.scheduler)
+    if args.output == "-":
+        sys.stdout.write(section)
+        return 0
+    path = Path(args.output)
+    header = f"[scheduler:{args.scheduler}]"
+    existing = path.read_text() if path.exists() else ""
+    if header in existing.splitlines():
+        if not args.force:
+            raise UsageError(f"{path} already has {header}; use --force to replace it")
+        existing = _drop_section(existing, header)
+    text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + section
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    print(f"wrote {header} to {path}")
+    return 0
+
+
+def _drop_section(text: str, header: str) -> str:
+    out, skipping = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("[") and line.strip().endswith("]"):
+            skipping = line.strip() == header
+        if not skipping:
+            out.append(line)
+    return "\n".join(out) + "\n"

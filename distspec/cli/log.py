@@ -1,0 +1,90 @@
+"""``distspec log HANDLE [ROLE[/REPLICA]]``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    from distspec.cli._shared import add_handle
+
+    add_handle(parser)
+    parser.add_argument("which", nargs="?", metavar="ROLE[/REPLICA]", help="default: every replica")
+    parser.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines until the app ends"
+    )
+    parser.add_argument(
+        "--tail", type=int, metavar="N", help="only the last N lines of each replica"
+    )
+    parser.add_argument(
+        "--regex", metavar="RE", help="only lines that match RE (Python regex, searched)"
+    )
+    parser.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only lines written after WHEN: a duration ago (30s, 10m, 2h, 1d) or an ISO time",
+    )
+
+
+def parse_since(text: str) -> float:
+    """A POSIX time from ``30s``/``10m``/``2h``/``1d`` ago or an ISO 8601 timestamp."""
+    import time
+
+    from distspec.errors import UsageError
+
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if match:
+        scale = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        return time.time() - float(match.group(1)) * scale
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise UsageError(f"--since {text!r}: expected 30s, 10m, 2h, 1d or an ISO time") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    from distspec.cli._shared import make_runner
+    from distspec.errors import UsageError
+
+    role = replica = None
+    if args.which:
+        role, _, rep = args.which.partition("/")
+        if rep:
+            if not rep.isdigit():
+                raise UsageError(f"replica must be a number in ROLE/REPLICA, got {args.which!r}")
+            replica = int(rep)
+    if args.regex:
+        try:
+            re.compile(args.regex)
+        except re.error as e:
+            raise UsageError(f"--regex {args.regex!r}: {e}") from None
+    since = parse_since(args.since) if args.since else None
+    runner = make_runner()
+    status = runner.status(args.handle)
+    shown = [
+        r
+        for rs in status.roles
+        if role in (None, rs.role)
+        for r in rs.replicas
+        if replica in (None, r.id)
+    ]
+    prefix = len(shown) > 1
+    lines = runner.log_lines(
+        args.handle,
+        role or None,
+        replica,
+        regex=args.regex,
+        tail=args.tail,
+        since=since,
+        follow=args.follow,
+    )
+    out = sys.stdout
+    for line in lines:
+        out.write(f"{line.role}/{line.replica}: {line.text}\n" if prefix else line.text + "\n")
+        if args.follow:
+            out.flush()
+    return 0

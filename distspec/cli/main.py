@@ -1,0 +1,108 @@
+"""Entry point: picks the verb, imports only that verb's module, maps errors to exit codes.
+
+Exit codes: 0 success; 1 a scheduler or job failure (``run --wait`` exits with the
+failing replica's code); 2 a usage mistake (one line on stderr, nothing submitted);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+# verb -> (module, one-line help). Only the chosen verb's module is imported.
+VERBS: dict[str, tuple[str, str]] = {
+    "run": ("distspec.cli.run", "compile a component and run it (or --dryrun to print it)"),
+    "builtins": ("distspec.cli.builtins", "list the built-in components and schedulers"),
+    "runopts": ("distspec.cli.runopts", "list a scheduler's run options (-cfg)"),
+    "status": ("distspec.cli.status", "print an app's state"),
+    "describe": ("distspec.cli.status", "print an app's state, replicas, hosts and exit codes"),
+    "log": ("distspec.cli.log", "print or follow an app's logs"),
+    "cancel": ("distspec.cli.cancel", "stop an app"),
+    "list": ("distspec.cli.list", "list apps a scheduler knows"),
+    "configure": ("distspec.cli.configure", "write a commented config with every run option"),
+}
+
+DESCRIPTION = """\
+Compile a distributed PyTorch job, written once as a typed component, into a
+real job on the local machine, Slurm or Kubernetes.
+
+  distspec run dist.ddp -j 1x2 --script train.py            run locally
+  distspec run -s slurm --dryrun dist.ddp -j 2x8 --script train.py
+  distspec status local_cwd://distspec/train-1a2b3c4d
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _verb(argv: Sequence[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser, with arguments only for the verb that ``argv`` names."""
+    import importlib
+
+    parser = _Parser(
+        prog="distspec",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    chosen = _verb(argv)
+    for name, (module, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(p, name)
+    return parser
+
+
+def _version() -> str:
+    from distspec import __version__
+
+    return f"distspec {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    import importlib
+
+    from distspec.errors import AppNotFound, DistspecError, UsageError
+
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
+    if args.verb is None:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(VERBS[args.verb][0])
+    try:
+        code: int = module.main(args)
+        return code
+    except (UsageError, AppNotFound) as e:
+        print(f"distspec {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+    except DistspecError as e:
+        print(f"distspec {args.verb}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("distspec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `distspec log ... | head`
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

@@ -1,0 +1,135 @@
+"""Every exception distspec raises on purpose.
+
+The tree::
+
+    DistspecError                     base of everything below
+    ├── UsageError                    the user's mistake; the CLI prints one line, exit 2
+    │   ├── TopologyError             a bad ``-j`` value
+    │   ├── SpecError                 an AppDef, Role, Resource or mount that cannot exist
+    │   ├── ComponentError            a component that cannot be loaded, bound or called
+    │   ├── OptionError               an unknown or malformed run option (``-cfg``)
+    │   ├── ConfigError               a bad config file or DISTSPEC_* variable
+    │   ├── SchedulerNotFound         no backend by that name
+    │   ├── HandleError               a malformed ``scheduler://session/app_id``
+    │   └── CompileError              this AppDef cannot run on this backend
+    ├── SchedulerError                a backend command or API call failed (argv, stderr)
+    └── AppNotFound                   the scheduler does not know the app id
+
+A genuine bug is anything else: the CLI lets it show its traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "AppNotFound",
+    "CompileError",
+    "ComponentError",
+    "ConfigError",
+    "DistspecError",
+    "HandleError",
+    "OptionError",
+    "SchedulerError",
+    "SchedulerNotFound",
+    "SpecError",
+    "TopologyError",
+    "UsageError",
+]
+
+
+class DistspecError(Exception):
+    """Base class of every error distspec raises on purpose."""
+
+
+class UsageError(DistspecError):
+    """A user mistake: reported as one line, exit code 2, nothing submitted."""
+
+
+class TopologyError(UsageError):
+    """A ``-j`` value that does not parse."""
+
+    def __init__(self, value: str, reason: str) -> None:
+        self.value = value
+        self.reason = reason
+        super().__init__(
+            f"invalid -j {value!r}: {reason}; accepted forms: "
+            "NxM (N nodes, M processes each), MIN:MAXxM (elastic), M (one node)"
+        )
+
+
+class SpecError(UsageError):
+    """An AppDef, Role, Resource or mount that violates its invariants."""
+
+
+class ComponentError(UsageError):
+    """A component that cannot be found, loaded, bound or called."""
+
+
+class OptionError(UsageError):
+    """An unknown or malformed run option."""
+
+    def __init__(self, message: str, *, option: str = "", value: str = "", scheduler: str = ""):
+        self.option = option
+        self.value = value
+        self.scheduler = scheduler
+        super().__init__(message)
+
+
+class ConfigError(UsageError):
+    """A config file or DISTSPEC_* variable that is malformed."""
+
+    def __init__(self, message: str, *, source: str = "") -> None:
+        self.source = source
+        super().__init__(f"{source}: {message}" if source else message)
+
+
+class SchedulerNotFound(UsageError):
+    """No scheduler backend is registered under that name."""
+
+    def __init__(self, name: str, known: Sequence[str], hint: str = "") -> None:
+        self.name = name
+        self.known = tuple(known)
+        extra = f" ({hint})" if hint else ""
+        super().__init__(f"unknown scheduler {name!r}{extra}; known: {', '.join(self.known)}")
+
+
+class HandleError(UsageError):
+    """A string that is not a ``scheduler://session/app_id`` handle."""
+
+
+class CompileError(UsageError):
+    """The AppDef asks for something this backend cannot honour."""
+
+    def __init__(self, scheduler: str, message: str) -> None:
+        self.scheduler = scheduler
+        super().__init__(f"{scheduler}: {message}")
+
+
+class SchedulerError(DistspecError):
+    """A scheduler command or API call failed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        scheduler: str = "",
+        argv: Sequence[str] = (),
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
+        self.scheduler = scheduler
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        text = f"{scheduler}: {message}" if scheduler else message
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+class AppNotFound(DistspecError):
+    """The scheduler has no record of the app id (never existed or aged out)."""
+
+    def __init__(self, handle: str) -> None:
+        self.handle = handle
+        super().__init__(f"no such app: {handle}")

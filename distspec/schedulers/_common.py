@@ -1,0 +1,149 @@
+"""What every backend needs, written once: macro mapping, shell quoting, capability
+checks, log file names and log-line filtering. Backends never import each other.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from distspec.errors import CompileError
+from distspec.schedulers.api import Capabilities
+from distspec.specs import macros
+from distspec.specs.app import AppDef, Role
+from distspec.specs.frozen import frozendict
+from distspec.specs.macros import Macro
+from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
+
+__all__ = [
+    "MacroValues",
+    "ShellExpr",
+    "check_capabilities",
+    "filter_lines",
+    "log_file_name",
+    "shell_join",
+    "shell_word",
+    "substitute_role",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ShellExpr:
+    """A value only known when the job runs: a shell expression that is safe inside
+    double quotes, such as ``$SLURM_NODEID`` or ``$(hostname)``."""
+
+    expr: str
+
+
+#: Per backend: each macro to a literal string or to a runtime shell expression.
+MacroValues = Mapping[Macro, "str | ShellExpr"]
+
+
+def shell_word(text: str, values: MacroValues) -> str:
+    """``text`` as one shell word: literal parts single-quoted, runtime macros double-quoted.
+
+    Any string survives: quotes, ``$``, backticks, newlines, unicode, the empty string.
+    """
+    pieces: list[str] = []
+    literal = ""
+    for part in macros.split(text):
+        value = values.get(part, part.token) if isinstance(part, Macro) else part
+        if isinstance(value, ShellExpr):
+            if literal:
+                pieces.append(shlex.quote(literal))
+                literal = ""
+            pieces.append(f'"{value.expr}"')
+        else:
+            literal += value
+    if literal or not pieces:
+        pieces.append(shlex.quote(literal))
+    return "".join(pieces)
+
+
+def shell_join(argv: Sequence[str], values: MacroValues) -> str:
+    """A command line whose words come back byte-identical through ``bash -c``."""
+    return " ".join(shell_word(arg, values) for arg in argv)
+
+
+def substitute_role(role: Role, values: Mapping[Macro, str]) -> Role:
+    """``role`` with every macro in args and env replaced by a literal value."""
+    import dataclasses
+
+    return dataclasses.replace(
+        role,
+        args=tuple(macros.substitute(a, values) for a in role.args),
+        env=frozendict({k: macros.substitute(v, values) for k, v in role.env.items()}),
+    )
+
+
+def used_macros(role: Role) -> set[Macro]:
+    found: set[Macro] = set()
+    for text in (role.entrypoint, *role.args, *role.env.values()):
+        found |= macros.find(text)
+    return found
+
+
+def check_capabilities(app: AppDef, caps: Capabilities, scheduler: str) -> None:
+    """Raise CompileError for anything in ``app`` that ``caps`` says the backend cannot do."""
+    if len(app.roles) > 1 and not caps.multi_role:
+        raise CompileError(
+            scheduler, f"app {app.name!r} has {len(app.roles)} roles; this backend runs one"
+        )
+    for role in app.roles:
+        missing = used_macros(role) - caps.macros
+        if missing:
+            names = ", ".join(sorted(m.token for m in missing))
+            raise CompileError(
+                scheduler, f"role {role.name!r} uses {names}, which this backend cannot provide"
+            )
+        if role.elastic and not caps.elastic:
+            raise CompileError(
+                scheduler,
+                f"role {role.name!r} is elastic ({role.min_replicas}:{role.num_replicas}); "
+                "this backend needs a fixed node count",
+            )
+        if caps.needs_image and not role.image:
+            raise CompileError(scheduler, f"role {role.name!r} needs an image (--image)")
+        for mount in role.mounts:
+            kind = _mount_kind(mount)
+            if kind not in caps.mount_kinds:
+                raise CompileError(
+                    scheduler, f"role {role.name!r}: {kind} mounts are not supported here"
+                )
+
+
+def _mount_kind(mount: BindMount | VolumeMount | DeviceMount) -> str:
+    if isinstance(mount, BindMount):
+        return "bind"
+    if isinstance(mount, VolumeMount):
+        return "volume"
+    return "device"
+
+
+def log_file_name(role: str, replica: int | str, stream: str = "log") -> str:
+    """The one naming rule for per-replica log files: ``<role>-<replica>.<stream>``."""
+    return f"{role}-{replica}.{stream}"
+
+
+def filter_lines(
+    lines: Iterable[str],
+    *,
+    regex: str | None = None,
+    tail: int | None = None,
+) -> Iterator[str]:
+    """Keep lines matching ``regex`` (searched anywhere), then only the last ``tail`` of them.
+
+    With ``tail`` the input must end (no following); without it lines stream through.
+    """
+    pattern = re.compile(regex) if regex else None
+    selected = (line for line in lines if pattern is None or pattern.search(line))
+    if tail is None:
+        yield from selected
+        return
+    if tail <= 0:
+        return
+    from collections import deque
+
+    yield from deque(selected, maxlen=tail)

@@ -1,0 +1,256 @@
+"""The interface every scheduler backend implements.
+
+A backend is a pure half and an effectful half:
+
+- :meth:`Scheduler.compile` turns an AppDef and typed options into a frozen
+  :class:`Request` — no subprocess, no network, no files, no clock, no random.
+- :meth:`Scheduler.submit`, :meth:`describe`, :meth:`log_iter`, :meth:`cancel`
+  and :meth:`list` talk to the scheduler, through ``self.run_cmd`` for command-line
+  schedulers so tests can hand in a recording fake.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from distspec.errors import SchedulerError
+from distspec.specs.app import AppDef
+from distspec.specs.frozen import FrozenDict
+from distspec.specs.macros import Macro
+from distspec.specs.options import OptionSpec, option_specs, parse_options
+from distspec.specs.state import AppState, AppStatus
+
+__all__ = [
+    "AppSummary",
+    "Capabilities",
+    "CommandResult",
+    "CommandRunner",
+    "Request",
+    "Scheduler",
+    "run_command",
+]
+
+OptsT = TypeVar("OptsT")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class CommandRunner(Protocol):
+    """Runs a command to completion. Tests hand in a fake that records calls."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult: ...
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+) -> CommandResult:
+    """Run ``argv`` and capture its output; a missing program is a SchedulerError."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            list(argv),
+            input=input,
+            capture_output=True,
+            text=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as e:
+        raise SchedulerError(f"{argv[0]} not found on PATH", argv=argv) from e
+    except subprocess.TimeoutExpired as e:
+        raise SchedulerError(f"{argv[0]} did not answer within {timeout}s", argv=argv) from e
+    return CommandResult(
+        argv=tuple(argv), returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a backend can honour; compile rejects anything else with a clear error."""
+
+    macros: frozenset[Macro] = frozenset(Macro)
+    elastic: bool = True
+    multi_role: bool = True
+    mount_kinds: frozenset[str] = frozenset({"bind", "volume", "device"})
+    needs_image: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """What submit will do, as data.
+
+    ``files`` maps a file name to its content; ``argv`` is the command that
+    submits them by hand from the folder they are written to (``--dryrun -o DIR``).
+    ``render()`` is the exact text handed to the scheduler.
+    """
+
+    scheduler: str
+    app: AppDef
+    app_id: str
+    options: Any
+    files: FrozenDict[str, str]
+    argv: tuple[str, ...]
+    main_file: str
+
+    def render(self) -> str:
+        """The main file's text, byte for byte what submit hands over."""
+        return self.files[self.main_file]
+
+    def write(self, directory: Path) -> list[Path]:
+        """Write every file plus ``submit.sh`` (runs ``argv`` there); returns the paths."""
+        import os
+        import shlex
+
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, text in self.files.items():
+            path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            if text.startswith("#!"):
+                os.chmod(path, 0o755)
+            written.append(path)
+        script = directory / "submit.sh"
+        script.write_text(
+            "#!/usr/bin/env bash\n# Submits this request by hand.\nset -euo pipefail\n"
+            'cd "$(dirname "$0")"\n' + shlex.join(self.argv) + "\n"
+        )
+        os.chmod(script, 0o755)
+        written.append(script)
+        return written
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppSummary:
+    """One line of ``distspec list``."""
+
+    app_id: str
+    name: str
+    state: AppState
+    detail: str = ""
+    extra: FrozenDict[str, str] = field(default_factory=FrozenDict)
+
+
+class Scheduler(abc.ABC, Generic[OptsT]):
+    """A scheduler backend. Subclasses set ``name``, ``Options`` and ``capabilities``."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[Any]]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: Longest pause between two polls in the default :meth:`wait`.
+    max_poll_interval: ClassVar[float] = 1.0
+
+    def __init__(
+        self,
+        session: str = "distspec",
+        *,
+        run_cmd: CommandRunner = run_command,
+        state_dir: Path | None = None,
+    ) -> None:
+        self.session = session
+        self.run_cmd = run_cmd
+        self._state_dir = state_dir
+
+    # -- options ---------------------------------------------------------------
+
+    @classmethod
+    def run_opts(cls) -> tuple[OptionSpec, ...]:
+        """The options this backend accepts (``-cfg``), with types, defaults and help."""
+        return option_specs(cls.Options)
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any]) -> OptsT:
+        """Typed options from strings or typed values; unknown keys are errors."""
+        result: OptsT = parse_options(cls.Options, raw, scheduler=cls.name)
+        return result
+
+    # -- the pure half ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def compile(self, app: AppDef, opts: OptsT, *, app_id: str) -> Request:
+        """Deterministic: the same (app, opts, app_id) always gives an equal Request."""
+
+    # -- the effectful half ----------------------------------------------------
+
+    @abc.abstractmethod
+    def submit(self, request: Request) -> str:
+        """Hand the request to the scheduler; returns the app id the scheduler knows it by."""
+
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> AppStatus | None:
+        """The app's status, or None when the scheduler has no record of it."""
+
+    @abc.abstractmethod
+    def log_iter(
+        self,
+        app_id: str,
+        role: str,
+        replica: int,
+        *,
+        since: float | None = None,
+        follow: bool = False,
+    ) -> Iterator[str]:
+        """Lines (without newline) of one replica's log. ``since`` is a POSIX time."""
+
+    @abc.abstractmethod
+    def cancel(self, app_id: str) -> None:
+        """Stop the app; a no-op for an app that already ended."""
+
+    @abc.abstractmethod
+    def list(self) -> list[AppSummary]:
+        """Apps this backend can see, newest first where it knows the order."""
+
+    # -- shared behaviour ------------------------------------------------------
+
+    def wait(
+        self,
+        app_id: str,
+        *,
+        timeout: float | None = None,
+        on_status: Callable[[AppStatus], None] | None = None,
+    ) -> AppStatus | None:
+        """Poll :meth:`describe` until a terminal state, with a short, growing interval.
+
+        Backends that can be told when something changes override this.
+        Returns the last status (None if the app vanished); on timeout returns the
+        last non-terminal status.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = 0.05
+        while True:
+            status = self.describe(app_id)
+            if on_status is not None and status is not None:
+                on_status(status)
+            if status is None or status.is_terminal:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return status
+            time.sleep(interval)
+            interval = min(interval * 1.5, self.max_poll_interval)

@@ -1,0 +1,185 @@
+"""The IR: AppDef, Role, Resource and RetryPolicy.
+
+Frozen and validated at construction: an invalid AppDef cannot exist.
+Derive a changed one with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from distspec.errors import SpecError
+from distspec.specs.frozen import FrozenDict, frozendict
+from distspec.specs.mounts import Mount, mount_from_dict, mount_to_dict
+
+__all__ = ["AppDef", "Resource", "RetryPolicy", "Role"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class RetryPolicy(str, enum.Enum):
+    """What restarts when a replica fails and retries are left."""
+
+    REPLICA = "replica"  # only the failed replica
+    ROLE = "role"  # every replica of its role
+    APPLICATION = "application"  # the whole app
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resource:
+    """What one replica needs. ``mem_mb`` is in MiB."""
+
+    cpu: int = 1
+    gpu: int = 0
+    mem_mb: int = 1024
+    capabilities: FrozenDict[str, str] = field(default_factory=FrozenDict)
+    devices: FrozenDict[str, int] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        for name in ("cpu", "gpu", "mem_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(f"resource {name} must be a non-negative integer, got {value!r}")
+        object.__setattr__(self, "capabilities", frozendict(self.capabilities))
+        object.__setattr__(self, "devices", frozendict(self.devices))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cpu": self.cpu,
+            "gpu": self.gpu,
+            "mem_mb": self.mem_mb,
+            "capabilities": dict(self.capabilities),
+            "devices": dict(self.devices),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Resource:
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Role:
+    """A set of identical replicas running one command.
+
+    ``args`` and ``env`` may contain macros (:mod:`distspec.specs.macros`).
+    ``min_replicas`` set below ``num_replicas`` makes the role elastic.
+    """
+
+    name: str
+    entrypoint: str
+    args: tuple[str, ...] = ()
+    image: str = ""
+    env: FrozenDict[str, str] = field(default_factory=FrozenDict)
+    num_replicas: int = 1
+    min_replicas: int | None = None
+    resource: Resource = field(default_factory=Resource)
+    port_map: FrozenDict[str, int] = field(default_factory=FrozenDict)
+    max_retries: int = 0
+    retry_policy: RetryPolicy = RetryPolicy.APPLICATION
+    mounts: tuple[Mount, ...] = ()
+    metadata: FrozenDict[str, str] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise SpecError(
+                f"role name {self.name!r} must start with a letter or digit and use only "
+                "letters, digits, '_', '.', '-'"
+            )
+        if not self.entrypoint:
+            raise SpecError(f"role {self.name!r} has an empty entrypoint")
+        if self.num_replicas < 1:
+            raise SpecError(f"role {self.name!r}: num_replicas must be >= 1")
+        if self.min_replicas is not None and not 1 <= self.min_replicas <= self.num_replicas:
+            raise SpecError(f"role {self.name!r}: min_replicas must be in 1..num_replicas")
+        if self.max_retries < 0:
+            raise SpecError(f"role {self.name!r}: max_retries must be >= 0")
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "mounts", tuple(self.mounts))
+        object.__setattr__(self, "retry_policy", RetryPolicy(self.retry_policy))
+        for name in ("env", "port_map", "metadata"):
+            object.__setattr__(self, name, frozendict(getattr(self, name)))
+        for key, value in self.env.items():
+            if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise SpecError(f"role {self.name!r}: bad env entry {key!r}={value!r}")
+        if any(not isinstance(a, str) for a in self.args):
+            raise SpecError(f"role {self.name!r}: every arg must be a string")
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_replicas is not None and self.min_replicas != self.num_replicas
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, FrozenDict):
+                value = dict(value)
+            elif f.name == "args":
+                value = list(value)
+            elif f.name == "mounts":
+                value = [mount_to_dict(m) for m in value]
+            elif isinstance(value, Resource):
+                value = value.to_dict()
+            elif isinstance(value, RetryPolicy):
+                value = value.value
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Role:
+        kwargs = dict(data)
+        kwargs["args"] = tuple(kwargs.get("args", ()))
+        kwargs["resource"] = Resource.from_dict(kwargs.get("resource", {}))
+        kwargs["mounts"] = tuple(mount_from_dict(m) for m in kwargs.get("mounts", ()))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppDef:
+    """A named application made of one or more roles."""
+
+    name: str
+    roles: tuple[Role, ...]
+    metadata: FrozenDict[str, str] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise SpecError(
+                f"app name {self.name!r} must start with a letter or digit and use only "
+                "letters, digits, '_', '.', '-'"
+            )
+        object.__setattr__(self, "roles", tuple(self.roles))
+        object.__setattr__(self, "metadata", frozendict(self.metadata))
+        if not self.roles:
+            raise SpecError(f"app {self.name!r} has no roles")
+        names = [r.name for r in self.roles]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpecError(f"app {self.name!r} has duplicate role names: {', '.join(dupes)}")
+
+    def role(self, name: str) -> Role:
+        """The role called ``name``."""
+        for role in self.roles:
+            if role.name == name:
+                return role
+        raise SpecError(f"app {self.name!r} has no role {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict; :meth:`from_dict` gives back an equal AppDef."""
+        return {
+            "name": self.name,
+            "roles": [r.to_dict() for r in self.roles],
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AppDef:
+        return cls(
+            name=data["name"],
+            roles=tuple(Role.from_dict(r) for r in data["roles"]),
+            metadata=data.get("metadata", {}),
+        )

@@ -1,0 +1,36 @@
+"""``scheduler://session/app_id``: the one string that finds a submitted app."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from distspec.errors import HandleError
+
+__all__ = ["AppHandle"]
+
+_HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_.-]+)://(?P<session>[^/]*)/(?P<app_id>[^/\s]+)$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppHandle:
+    scheduler: str
+    session: str
+    app_id: str
+
+    @classmethod
+    def parse(cls, text: str) -> AppHandle:
+        """Parse ``scheduler://session/app_id`` (the session may be empty)."""
+        match = _HANDLE.match(text.strip())
+        if match is None:
+            raise HandleError(
+                f"invalid app handle {text!r}: expected SCHEDULER://SESSION/APP_ID, "
+                "e.g. local_cwd://distspec/ddp-1a2b3c"
+            )
+        return cls(**match.groupdict())
+
+    def format(self) -> str:
+        return f"{self.scheduler}://{self.session}/{self.app_id}"
+
+    def __str__(self) -> str:
+        return self.format()

@@ -1,0 +1,116 @@
+"""Mounts a role asks for: host paths, named volumes and devices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distspec.errors import SpecError
+
+__all__ = ["BindMount", "DeviceMount", "Mount", "VolumeMount", "mount_from_dict", "parse_mounts"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BindMount:
+    """A host path made visible at ``dst_path``."""
+
+    src_path: str
+    dst_path: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        _require_abs("bind", self.dst_path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VolumeMount:
+    """A named volume (a Kubernetes PVC, for example) at ``dst_path``."""
+
+    src: str
+    dst_path: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.src:
+            raise SpecError("volume mount needs src=VOLUME_NAME")
+        _require_abs("volume", self.dst_path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceMount:
+    """A host device (``/dev/fuse``) with ``permissions`` from ``rwm``."""
+
+    src_path: str
+    dst_path: str
+    permissions: str = "rwm"
+
+    def __post_init__(self) -> None:
+        _require_abs("device", self.dst_path)
+        if not self.permissions or set(self.permissions) - set("rwm"):
+            raise SpecError(
+                f"device permissions must be letters of 'rwm', got {self.permissions!r}"
+            )
+
+
+Mount = BindMount | VolumeMount | DeviceMount
+
+_KINDS: dict[str, type[BindMount] | type[VolumeMount] | type[DeviceMount]] = {
+    "bind": BindMount,
+    "volume": VolumeMount,
+    "device": DeviceMount,
+}
+
+
+def _require_abs(kind: str, path: str) -> None:
+    if not path.startswith("/"):
+        raise SpecError(f"{kind} mount destination must be an absolute path, got {path!r}")
+
+
+def mount_to_dict(mount: Mount) -> dict[str, Any]:
+    """JSON form, tagged with its kind."""
+    kind = next(k for k, v in _KINDS.items() if isinstance(mount, v))
+    out: dict[str, Any] = {"type": kind}
+    for name in mount.__dataclass_fields__:
+        out[name] = getattr(mount, name)
+    return out
+
+
+def mount_from_dict(data: dict[str, Any]) -> Mount:
+    """Inverse of :func:`mount_to_dict`."""
+    fields = dict(data)
+    kind = fields.pop("type", None)
+    if kind not in _KINDS:
+        raise SpecError(f"unknown mount type {kind!r}; use one of {', '.join(_KINDS)}")
+    return _KINDS[kind](**fields)
+
+
+def parse_mounts(specs: list[str]) -> tuple[Mount, ...]:
+    """Parse ``type=bind,src=/data,dst=/data[,readonly]`` strings.
+
+    Keys: ``type`` (bind, volume, device), ``src``, ``dst`` (defaults to src for
+    bind and device), ``readonly`` (flag) and, for devices, ``perm``.
+    """
+    mounts: list[Mount] = []
+    for spec in specs:
+        opts: dict[str, str] = {}
+        for part in spec.split(","):
+            key, sep, value = part.partition("=")
+            opts[key.strip()] = value.strip() if sep else "true"
+        kind = opts.pop("type", "bind")
+        src = opts.pop("src", "")
+        dst = opts.pop("dst", src)
+        readonly = opts.pop("readonly", "false").lower() in {"true", "1", "yes"}
+        perm = opts.pop("perm", "rwm")
+        if opts:
+            raise SpecError(f"unknown mount key(s) {', '.join(sorted(opts))} in {spec!r}")
+        if not src:
+            raise SpecError(f"mount {spec!r} needs src=")
+        if kind == "bind":
+            mounts.append(BindMount(src_path=src, dst_path=dst, read_only=readonly))
+        elif kind == "volume":
+            mounts.append(VolumeMount(src=src, dst_path=dst, read_only=readonly))
+        elif kind == "device":
+            mounts.append(DeviceMount(src_path=src, dst_path=dst, permissions=perm))
+        else:
+            raise SpecError(f"unknown mount type {kind!r} in {spec!r}; use bind, volume or device")
+    return tuple(mounts)

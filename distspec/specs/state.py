@@ -1,0 +1,119 @@
+"""What a scheduler says about a submitted app."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AppState", "AppStatus", "ReplicaStatus", "RoleStatus"]
+
+
+class AppState(str, enum.Enum):
+    """Lifecycle of an app (and of each replica)."""
+
+    UNSUBMITTED = "UNSUBMITTED"
+    SUBMITTED = "SUBMITTED"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaStatus:
+    """One replica: where it ran, how it ended."""
+
+    role: str
+    id: int
+    state: AppState
+    hostname: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+    restarts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "id": self.id,
+            "state": self.state.value,
+            "hostname": self.hostname,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "restarts": self.restarts,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleStatus:
+    role: str
+    replicas: tuple[ReplicaStatus, ...] = ()
+
+    def count(self, state: AppState) -> int:
+        return sum(1 for r in self.replicas if r.state is state)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "replicas": [r.to_dict() for r in self.replicas]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppStatus:
+    """The app's state and, where the scheduler knows them, its replicas."""
+
+    state: AppState
+    msg: str = ""
+    num_restarts: int = 0
+    roles: tuple[RoleStatus, ...] = field(default=())
+    ui_url: str = ""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+    def first_failure(self) -> ReplicaStatus | None:
+        """The failed replica to blame: non-zero exit code first, lowest role/replica order."""
+        failed = [r for role in self.roles for r in role.replicas if r.state is AppState.FAILED]
+        with_code = [r for r in failed if r.exit_code not in (None, 0)]
+        pool = with_code or failed
+        return pool[0] if pool else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "msg": self.msg,
+            "num_restarts": self.num_restarts,
+            "roles": [r.to_dict() for r in self.roles],
+            "ui_url": self.ui_url,
+        }
+
+    def format(self) -> str:
+        """Human-readable, several lines."""
+        lines = [f"state: {self.state.value}" + (f" ({self.msg})" if self.msg else "")]
+        if self.num_restarts:
+            lines.append(f"restarts: {self.num_restarts}")
+        for role in self.roles:
+            lines.append(f"role {role.role}:")
+            for r in role.replicas:
+                bits = [f"  {role.role}/{r.id}: {r.state.value}"]
+                if r.hostname:
+                    bits.append(f"host={r.hostname}")
+                if r.exit_code is not None:
+                    bits.append(f"exit={r.exit_code}")
+                if r.restarts:
+                    bits.append(f"restarts={r.restarts}")
+                if r.reason:
+                    bits.append(f"reason={r.reason}")
+                lines.append(" ".join(bits))
+        return "\n".join(lines)
