@@ -36,7 +36,9 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
             return
         if not path.exists():
             pytest.fail(f"missing golden {path}; run pytest with --update-goldens to create it")
-        assert text == path.read_text(), f"output differs from {path} (--update-goldens rewrites it)"
+        assert text == path.read_text(), (
+            f"output differs from {path} (--update-goldens rewrites it)"
+        )
 
     return check
 
@@ -65,7 +67,12 @@ class FakeCommands:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
         self.inputs: list[str | None] = []
-        self._script: list[tuple[Callable[[Sequence[str]], bool], CommandResult | Callable[[Sequence[str]], CommandResult]]] = []
+        self._script: list[
+            tuple[
+                Callable[[Sequence[str]], bool],
+                CommandResult | Callable[[Sequence[str]], CommandResult],
+            ]
+        ] = []
 
     def on(
         self,
@@ -80,7 +87,10 @@ class FakeCommands:
             return argv[0] == program and (match is None or match(argv))
 
         self._script.append(
-            (matcher, CommandResult(argv=(program,), returncode=returncode, stdout=stdout, stderr=stderr))
+            (
+                matcher,
+                CommandResult(argv=(program,), returncode=returncode, stdout=stdout, stderr=stderr),
+            )
         )
 
     def __call__(
@@ -98,7 +108,12 @@ class FakeCommands:
             if matcher(argv):
                 del self._script[i]
                 res = result(argv) if callable(result) else result
-                return CommandResult(argv=tuple(argv), returncode=res.returncode, stdout=res.stdout, stderr=res.stderr)
+                return CommandResult(
+                    argv=tuple(argv),
+                    returncode=res.returncode,
+                    stdout=res.stdout,
+                    stderr=res.stderr,
+                )
         raise AssertionError(f"unexpected command: {list(argv)}")
 
 

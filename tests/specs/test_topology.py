@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from distspec.errors import TopologyError, UsageError
+from distspec.specs.topology import Topology
+
+
+@pytest.mark.parametrize(
+    ("text", "nodes", "nproc", "min_nodes"),
+    [
+        ("2x8", 2, 8, None),
+        ("1:4x8", 4, 8, 1),
+        ("8", 1, 8, None),
+        ("1x1", 1, 1, None),
+        (" 3x2 ", 3, 2, None),
+    ],
+)
+def test_parse_accepted_forms(text: str, nodes: int, nproc: int, min_nodes: int | None) -> None:
+    t = Topology.parse(text)
+    assert (t.nodes, t.nproc_per_node, t.min_nodes) == (nodes, nproc, min_nodes)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("1x0", "processes per node must be at least 1"),
+        ("0x1", "number of nodes must be at least 1"),
+        ("3:2x1", "MIN (3) is larger than MAX (2)"),
+        ("2x", "'x' must be followed"),
+        ("abc", "not a topology"),
+        ("", "not a topology"),
+        ("2x8x1", "not a topology"),
+        ("1:4", "elastic MIN:MAX needs xM"),
+        ("0:2x1", "MIN must be between 1"),
+    ],
+)
+def test_bad_values_say_why_and_show_forms(text: str, why: str) -> None:
+    with pytest.raises(TopologyError) as info:
+        Topology.parse(text)
+    message = str(info.value)
+    assert why in message
+    assert "accepted forms" in message and "NxM" in message and "MIN:MAXxM" in message
+    assert isinstance(info.value, UsageError)
+    assert "\n" not in message
+
+
+def test_gpu_hosts_infer_processes_per_node() -> None:
+    t = Topology.parse("2", gpus_per_node=8)
+    assert (t.nodes, t.nproc_per_node) == (2, 8)
+    assert Topology.parse("2x4", gpus_per_node=8).nproc_per_node == 4
+    assert Topology.parse("1:3", gpus_per_node=8).format() == "1:3x8"
+
+
+def test_elastic_and_torchrun_nnodes() -> None:
+    assert Topology.parse("1:4x8").nnodes_arg == "1:4"
+    assert Topology.parse("4:4x8").elastic is False
+    assert Topology.parse("2x8").nnodes_arg == "2"
+    assert Topology.parse("2x8").world_size == 16
+
+
+@given(
+    st.integers(1, 4096),
+    st.integers(1, 512),
+    st.one_of(st.none(), st.integers(1, 4096)),
+)
+def test_parse_format_round_trip(nodes: int, nproc: int, lo: int | None) -> None:
+    if lo is not None and lo > nodes:
+        lo = nodes
+    t = Topology(nodes=nodes, nproc_per_node=nproc, min_nodes=lo)
+    assert Topology.parse(t.format()) == t
