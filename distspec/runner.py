@@ -106,7 +106,9 @@ class Runner:
         return sched.compile(app, opts, app_id=app_id or new_app_id(app.name))
 
     def submit(self, request: Request) -> AppHandle:
-        app_id = self.scheduler(request.scheduler).submit(request)
+        sched = self.scheduler(request.scheduler)
+        sched.preflight(request)
+        app_id = sched.submit(request)
         return AppHandle(scheduler=request.scheduler, session=self.session, app_id=app_id)
 
     def run(self, app: AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None) -> AppHandle:

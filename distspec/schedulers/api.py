@@ -31,11 +31,15 @@ __all__ = [
     "CommandResult",
     "CommandRunner",
     "Request",
+    "SCRIPT_METADATA",
     "Scheduler",
     "run_command",
 ]
 
 OptsT = TypeVar("OptsT")
+
+#: Role metadata key under which components record the user's script path.
+SCRIPT_METADATA = "distspec.script"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +104,9 @@ class Capabilities:
     multi_role: bool = True
     mount_kinds: frozenset[str] = frozenset({"bind", "volume", "device"})
     needs_image: bool = False
+    #: Replicas see the submitter's files (local, Slurm on a shared filesystem), so a
+    #: script that is missing here is a usage error caught before submit.
+    shared_files: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +205,22 @@ class Scheduler(abc.ABC, Generic[OptsT]):
         """Deterministic: the same (app, opts, app_id) always gives an equal Request."""
 
     # -- the effectful half ----------------------------------------------------
+
+    def preflight(self, request: Request) -> None:
+        """Checks against the submitting machine, run just before :meth:`submit` (never by a
+        dry run). By default: with ``shared_files``, every role's script must exist."""
+        if not self.capabilities.shared_files:
+            return
+        import os
+
+        from distspec.errors import UsageError
+
+        for role in request.app.roles:
+            script = role.metadata.get(SCRIPT_METADATA)
+            if script and not os.path.exists(script):
+                raise UsageError(
+                    f"role {role.name!r}: script {script!r} not found (relative to {os.getcwd()})"
+                )
 
     @abc.abstractmethod
     def submit(self, request: Request) -> str:
