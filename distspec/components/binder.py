@@ -1,0 +1,651 @@
+"""Turn a component's typed signature and docstring into its command line.
+
+The parameter types a component may use are declared once, in :data:`KINDS`:
+
+=====================  ==============================  =====================================
+annotation             on the command line             notes
+=====================  ==============================  =====================================
+``str``                ``--name VALUE``
+``int`` / ``float``    ``--cpu 4`` / ``--lr 0.1``
+``bool``               ``--debug`` / ``--no-debug``    a flag; takes no value
+``list[str]``          ``--mounts a,b``                comma-separated; repeat to append
+``dict[str, str]``     ``--env K=V,K2=V2``             repeat to merge; see escapes below
+an ``Enum`` subclass   ``--mode fast``                 a member's value (or its name)
+``X | None``           as ``X``                        also ``Optional[X]``; default None
+``*args: str``         ``[--] ARGS...``                everything after the component's flags
+=====================  ==============================  =====================================
+
+Flag names: a one-letter parameter ``j`` is ``-j``; any other is ``--name``, and
+``--name-with-dashes`` is accepted for ``name_with_dashes``. A parameter without a
+default is a required flag. ``--help`` (never ``-h``, which ``dist.ddp`` uses for
+the host type) prints the help, built from the docstring.
+
+Escapes in lists and mappings: a backslash before a comma keeps the comma
+(``a\\,b`` is one item ``a,b``) and ``\\\\`` is one backslash; any other backslash
+is kept as written. In a mapping a comma starts a new pair only when ``KEY=``
+follows it, so ``--env PATHS=/a,/b,MODE=x`` is ``{"PATHS": "/a,/b", "MODE": "x"}``;
+``--env A=x\\,B=y`` is ``{"A": "x,B=y"}``. A value may contain ``=``: the first
+``=`` of a pair ends the key.
+
+Script arguments (``*script_args``) are the first positional word and everything
+after it, or everything after a ``--`` that comes before the first positional.
+
+``docstring_parser`` is imported only to render ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from distspec.errors import ComponentError
+from distspec.specs.app import AppDef
+
+if typing.TYPE_CHECKING:
+    from distspec.components.loader import Component
+
+__all__ = [
+    "KINDS",
+    "ComponentHelp",
+    "Kind",
+    "Param",
+    "bind",
+    "format_dict",
+    "format_list",
+    "help_text",
+    "params",
+    "parse_dict",
+    "parse_list",
+]
+
+
+class ComponentHelp(Exception):
+    """``--help`` was asked for: the CLI prints :attr:`text` and exits 0.
+
+    Deliberately not a DistspecError: it is not a failure.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+
+class Kind(str, enum.Enum):
+    """The kinds of parameter a component may declare."""
+
+    STR = "str"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    LIST = "list[str]"
+    DICT = "dict[str, str]"
+    ENUM = "enum"
+    ARGS = "*args: str"
+
+
+#: The one table of supported annotations: the Python type and the kind it binds as.
+#: ``X | None`` / ``Optional[X]`` of any of these (except ``*args``) and Enum
+#: subclasses are the only other accepted forms.
+KINDS: Mapping[Any, Kind] = types.MappingProxyType(
+    {
+        str: Kind.STR,
+        int: Kind.INT,
+        float: Kind.FLOAT,
+        bool: Kind.BOOL,
+        list[str]: Kind.LIST,
+        typing.List[str]: Kind.LIST,  # noqa: UP006 - accepted from older code
+        dict[str, str]: Kind.DICT,
+        typing.Dict[str, str]: Kind.DICT,  # noqa: UP006
+    }
+)
+
+_SUPPORTED = (
+    "str, int, float, bool, list[str], dict[str, str], an Enum, X | None of those, *args: str"
+)
+
+
+class _Required(enum.Enum):
+    REQUIRED = "required"
+
+
+REQUIRED = _Required.REQUIRED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Param:
+    """One component parameter, as the binder sees it."""
+
+    name: str
+    kind: Kind
+    optional: bool = False
+    default: Any = REQUIRED
+    enum_type: type[enum.Enum] | None = None
+    positional: bool = False  # passed positionally (it precedes *args in the signature)
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        if len(self.name) == 1:
+            return (f"-{self.name}",)
+        dashed = self.name.replace("_", "-")
+        return (f"--{self.name}",) if dashed == self.name else (f"--{self.name}", f"--{dashed}")
+
+    @property
+    def negative_flags(self) -> tuple[str, ...]:
+        """``--no-NAME`` for a bool (one-letter ones too: ``-v`` / ``--no-v``)."""
+        if self.kind is not Kind.BOOL:
+            return ()
+        names = {f"--no-{self.name}", f"--no-{self.name.replace('_', '-')}"}
+        return tuple(sorted(names))
+
+    @property
+    def type_name(self) -> str:
+        if self.kind is Kind.ENUM:
+            assert self.enum_type is not None
+            base = "{" + ",".join(str(m.value) for m in self.enum_type) + "}"
+        else:
+            base = self.kind.value
+        return f"{base} | None" if self.optional else base
+
+    def convert(self, text: str) -> Any:
+        """Parse one command-line string into this parameter's type (ValueError if it cannot)."""
+        kind = self.kind
+        if kind is Kind.STR:
+            return text
+        if kind is Kind.INT:
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"expected an integer, got {text!r}") from None
+        if kind is Kind.FLOAT:
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"expected a number, got {text!r}") from None
+        if kind is Kind.BOOL:
+            low = text.strip().lower()
+            if low in {"true", "yes", "1", "on"}:
+                return True
+            if low in {"false", "no", "0", "off"}:
+                return False
+            raise ValueError(f"expected true or false, got {text!r}")
+        if kind is Kind.LIST:
+            return parse_list(text)
+        if kind is Kind.DICT:
+            return parse_dict(text)
+        if kind is Kind.ENUM:
+            assert self.enum_type is not None
+            for member in self.enum_type:
+                if text == str(member.value) or text == member.name:
+                    return member
+            choices = ", ".join(str(m.value) for m in self.enum_type)
+            raise ValueError(f"expected one of {choices}, got {text!r}")
+        raise ValueError(f"{self.name} takes no value")  # pragma: no cover - ARGS
+
+    def coerce(self, value: Any) -> Any:
+        """A config default (a string or an already typed value) in this parameter's type."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ValueError("may not be empty")
+        if isinstance(value, str):
+            return self.convert(value)
+        kind = self.kind
+        if kind is Kind.BOOL and isinstance(value, bool):
+            return value
+        if kind is Kind.INT and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is Kind.FLOAT and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if (
+            kind is Kind.LIST
+            and isinstance(value, (list, tuple))
+            and all(isinstance(v, str) for v in value)
+        ):
+            return list(value)
+        if kind is Kind.DICT and isinstance(value, Mapping):
+            return {str(k): str(v) for k, v in value.items()}
+        if kind is Kind.ENUM and self.enum_type is not None and isinstance(value, self.enum_type):
+            return value
+        raise ValueError(f"expected {self.type_name}, got {value!r}")
+
+
+# -- escapes ------------------------------------------------------------------
+
+_KEY_AHEAD = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_.-]*=")
+
+
+def _split(text: str, *, pairs: bool) -> list[str]:
+    """Split ``text`` on unescaped commas (for ``pairs``, only before ``KEY=``); keep escapes."""
+    pieces: list[str] = []
+    start = i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "," and (not pairs or _KEY_AHEAD.match(text, i + 1)):
+            pieces.append(text[start:i])
+            start = i + 1
+        i += 1
+    pieces.append(text[start:])
+    return pieces
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in ",\\":
+            out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace(",", "\\,")
+
+
+def parse_list(text: str) -> list[str]:
+    """``a,b\\,c`` → ``["a", "b,c"]``; empty items are dropped."""
+    return [item for item in (_unescape(p) for p in _split(text, pairs=False)) if item]
+
+
+def format_list(items: Sequence[str]) -> str:
+    """The text that :func:`parse_list` turns back into ``items`` (non-empty items)."""
+    return ",".join(_escape(i) for i in items)
+
+
+def parse_dict(text: str) -> dict[str, str]:
+    """``K=V,K2=V2`` → a dict; see the module docstring for commas, ``=`` and escapes.
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty key.
+    """
+    out: dict[str, str] = {}
+    if not text.strip():
+        return out
+    for raw in _split(text, pairs=True):
+        eq = _find_unescaped(raw, "=")
+        key = _unescape(raw[:eq]).strip() if eq >= 0 else ""
+        if eq < 0 or not key:
+            raise ValueError(f"expected KEY=VALUE[,KEY=VALUE...], got {raw!r}")
+        out[key] = _unescape(raw[eq + 1 :])
+    return out
+
+
+def format_dict(mapping: Mapping[str, str]) -> str:
+    """The text that :func:`parse_dict` turns back into ``mapping``.
+
+    Keys must look like identifiers (letters, digits, ``_``, ``.``, ``-``).
+    """
+    return ",".join(f"{k}={_escape(v)}" for k, v in mapping.items())
+
+
+def _find_unescaped(text: str, char: str) -> int:
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == char:
+            return i
+        i += 1
+    return -1
+
+
+# -- signature → params ---------------------------------------------------------
+
+
+def params(component: Component) -> list[Param]:
+    """The component's parameters, checked against :data:`KINDS`.
+
+    Raises:
+        ComponentError: ``file:line: reason`` for a missing docstring, a missing or
+            unsupported annotation, ``**kwargs``, or a parameter named ``help``.
+    """
+    fn = component.fn
+    label = _label(component)
+
+    def reject(reason: str) -> NoReturn:
+        raise ComponentError(f"{component.source}: component {label!r}: {reason}")
+
+    doc = inspect.getdoc(fn)
+    if not doc or not doc.strip():
+        reject("has no docstring; write one with an Args: section, it is the component's --help")
+    try:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError, ValueError) as e:
+        reject(f"cannot read its signature: {e}")
+    out: list[Param] = []
+    seen_var = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            reject(f"**{p.name} is not supported; declare each parameter")
+        if p.name == "help":
+            reject("a parameter may not be called 'help' (--help prints the help)")
+        if p.name not in hints:
+            reject(f"parameter {p.name!r} has no type annotation")
+        hint = hints[p.name]
+        if p.kind is p.VAR_POSITIONAL:
+            if hint is not str:
+                reject(f"*{p.name} must be annotated str, not {_type_text(hint)}")
+            out.append(Param(name=p.name, kind=Kind.ARGS, default=()))
+            seen_var = True
+            continue
+        kind, optional, enum_type = _classify(hint, reject, p.name)
+        default = REQUIRED if p.default is p.empty else p.default
+        out.append(
+            Param(
+                name=p.name,
+                kind=kind,
+                optional=optional,
+                default=default,
+                enum_type=enum_type,
+                positional=p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and not seen_var,
+            )
+        )
+    return out
+
+
+def _label(component: Component) -> str:
+    """The name to show in messages: the function's name when the component was named by path."""
+    if ":" in component.name:
+        return getattr(component.fn, "__name__", component.name)
+    return component.name
+
+
+def _classify(
+    hint: Any, reject: Callable[[str], NoReturn], name: str
+) -> tuple[Kind, bool, type[enum.Enum] | None]:
+    optional = False
+    tp = hint
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(rest) != 1 or len(rest) == len(typing.get_args(tp)):
+            reject(
+                f"parameter {name!r}: unsupported type {_type_text(hint)}; supported: {_SUPPORTED}"
+            )
+        optional, tp = True, rest[0]
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return Kind.ENUM, optional, tp
+    try:
+        kind = KINDS.get(tp)
+    except TypeError:  # unhashable annotation
+        kind = None
+    if kind is None:
+        reject(f"parameter {name!r}: unsupported type {_type_text(hint)}; supported: {_SUPPORTED}")
+    return kind, optional, None
+
+
+def _type_text(tp: Any) -> str:
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+# -- argparse -------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises ComponentError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = ""
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            from distspec.specs.options import did_you_mean
+
+            first = message[len(prefix) :].partition(" ")[0].partition("=")[0]
+            flags = [s for action in self._actions for s in action.option_strings]
+            hint = did_you_mean(first, flags) or "; put the script's own arguments after --"
+        raise ComponentError(f"{self.prog}: {message}{hint}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise ComponentError(f"{self.prog}: {message or 'argument error'}".strip())
+
+
+class _HelpRequested(Exception):
+    pass
+
+
+class _HelpAction(argparse.Action):
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        raise _HelpRequested
+
+
+class _BoolAction(argparse.Action):
+    def __init__(
+        self, option_strings: Sequence[str], dest: str, negatives: Sequence[str] = (), **kw: Any
+    ):
+        self.negatives = frozenset(negatives)
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, option_string not in self.negatives)
+
+
+class _ValueAction(argparse.Action):
+    """Converts with the Param; lists extend and mappings merge when the flag repeats."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, param: Param, **kw: Any):
+        self.param = param
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        try:
+            value = self.param.convert(values)
+        except ValueError as e:
+            raise argparse.ArgumentError(self, str(e)) from None
+        previous = getattr(namespace, self.dest, None)
+        if self.param.kind is Kind.LIST and isinstance(previous, list):
+            value = previous + value
+        elif self.param.kind is Kind.DICT and isinstance(previous, dict):
+            value = {**previous, **value}
+        setattr(namespace, self.dest, value)
+
+
+def _metavar(p: Param) -> str:
+    if p.kind is Kind.LIST:
+        return f"{p.name.upper()}[,...]"
+    if p.kind is Kind.DICT:
+        return "KEY=VALUE[,...]"
+    if p.kind is Kind.ENUM:
+        assert p.enum_type is not None
+        return "{" + ",".join(str(m.value) for m in p.enum_type) + "}"
+    return p.name.upper()
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, (list, tuple)):
+        return format_list(value) if value else "(none)"
+    if isinstance(value, Mapping):
+        return format_dict(value) if value else "(none)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+def _parser(
+    component: Component,
+    ps: Sequence[Param],
+    prog: str,
+    docs: Mapping[str, str] | None = None,
+    description: str | None = None,
+) -> _Parser:
+    parser = _Parser(
+        prog=f"{prog} {component.name}",
+        add_help=False,
+        allow_abbrev=False,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--help", action=_HelpAction, nargs=0, help="show this help and exit")
+
+    def text(p: Param, extra: str) -> str | None:
+        if docs is None:
+            return None
+        body = docs.get(p.name, "").strip() or "(undocumented)"
+        return f"{body} [{extra}]".replace("%", "%%")
+
+    for p in ps:
+        if p.kind is Kind.ARGS:
+            parser.add_argument(
+                p.name,
+                nargs=argparse.REMAINDER,
+                metavar=p.name.upper(),
+                help=text(p, "str, ...: everything after the flags, or after --"),
+            )
+            continue
+        extra = p.type_name + (", required" if p.required else f", default: {_show(p.default)}")
+        if p.kind is Kind.BOOL:
+            parser.add_argument(
+                *p.flags,
+                *p.negative_flags,
+                dest=p.name,
+                action=_BoolAction,
+                negatives=p.negative_flags,
+                required=p.required,
+                default=argparse.SUPPRESS,
+                help=text(p, extra),
+            )
+            continue
+        parser.add_argument(
+            *p.flags,
+            dest=p.name,
+            action=_ValueAction,
+            param=p,
+            metavar=_metavar(p),
+            required=p.required,
+            default=argparse.SUPPRESS,
+            help=text(p, extra),
+        )
+    return parser
+
+
+def _with_defaults(
+    component: Component, ps: list[Param], defaults: Mapping[str, Any] | None
+) -> list[Param]:
+    if not defaults:
+        return ps
+    import dataclasses
+
+    by_name = {p.name: p for p in ps if p.kind is not Kind.ARGS}
+    out = {p.name: p for p in ps}
+    for key, value in defaults.items():
+        name = key.replace("-", "_")
+        p = by_name.get(name)
+        if p is None:
+            from distspec.specs.options import did_you_mean
+
+            raise ComponentError(
+                f"default {key!r} for component {component.name!r} is not one of its parameters"
+                f"{did_you_mean(name, by_name)}; it has: {', '.join(by_name) or '(none)'}"
+            )
+        try:
+            coerced = p.coerce(value)
+        except ValueError as e:
+            raise ComponentError(
+                f"default {key}={value!r} for component {component.name!r}: {e}"
+            ) from None
+        out[p.name] = dataclasses.replace(p, default=coerced)
+    return list(out.values())
+
+
+# -- public -----------------------------------------------------------------------
+
+
+def help_text(
+    component: Component,
+    prog: str = "distspec run",
+    *,
+    defaults: Mapping[str, Any] | None = None,
+) -> str:
+    """The ``--help`` text: the docstring's description, then every parameter with its
+    documentation, type and default (``defaults`` from the user's config shown in place).
+
+    Raises:
+        ComponentError: the component is malformed (see :func:`params`).
+    """
+    ps = _with_defaults(component, params(component), defaults)
+    import docstring_parser
+
+    doc = docstring_parser.parse(inspect.getdoc(component.fn) or "")
+    docs = {p.arg_name.lstrip("*").split(" ")[0]: p.description or "" for p in doc.params}
+    parts = [s for s in (doc.short_description, doc.long_description) if s]
+    description = "\n\n".join(parts) + f"\n\ndefined at {component.source}"
+    return _parser(component, ps, prog, docs, description).format_help()
+
+
+def bind(
+    component: Component,
+    argv: Sequence[str],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    prog: str = "distspec run",
+) -> AppDef:
+    """Parse ``argv`` against the component's signature and call it.
+
+    Args:
+        component: what :func:`distspec.components.loader.load` returned.
+        argv: the words after the component name.
+        defaults: parameter values from the user's config; they replace the
+            function's own defaults (strings are parsed as on the command line).
+        prog: how the CLI is invoked, for usage and error lines.
+
+    Returns:
+        The AppDef the component built.
+
+    Raises:
+        ComponentHelp: ``--help`` was given (not an error).
+        ComponentError: a malformed component, a bad or missing argument, an unknown
+            default key, or a component that returned something other than an AppDef.
+        UsageError: whatever the component itself raised for bad values.
+    """
+    ps = _with_defaults(component, params(component), defaults)
+    parser = _parser(component, ps, prog)
+    try:
+        ns = parser.parse_args(list(argv))
+    except _HelpRequested:
+        raise ComponentHelp(help_text(component, prog, defaults=defaults)) from None
+
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    for p in ps:
+        if p.kind is Kind.ARGS:
+            extra = list(getattr(ns, p.name, []) or [])
+            if extra[:1] == ["--"]:
+                extra = extra[1:]
+            positional.extend(extra)
+            continue
+        value = getattr(ns, p.name, p.default)
+        if p.positional:
+            positional.append(value)
+        else:
+            keywords[p.name] = value
+    app = component.fn(*positional, **keywords)  # a UsageError it raises passes through
+    if not isinstance(app, AppDef):
+        raise ComponentError(
+            f"{component.source}: component {_label(component)!r} returned "
+            f"{type(app).__name__}, not an AppDef"
+        )
+    return app

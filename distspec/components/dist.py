@@ -1,0 +1,304 @@
+"""Distributed training components: torchrun on every node.
+
+``dist.ddp`` and ``dist.spmd`` both run one torchrun per node (one replica of a
+single role per node), which starts the processes of that node and joins the
+rendezvous. The torchrun command line is built in :mod:`distspec.torchrun`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from distspec.errors import ComponentError
+from distspec.specs.app import AppDef, Resource, Role
+from distspec.specs.frozen import FrozenDict, frozendict
+from distspec.specs.mounts import parse_mounts
+from distspec.specs.topology import Topology
+from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
+
+__all__ = ["DEBUG_ENV", "ddp", "spmd"]
+
+#: What ``--debug`` adds to the environment (the user's ``--env`` wins on a clash).
+DEBUG_ENV: Mapping[str, str] = FrozenDict(
+    {
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "NCCL_DEBUG": "INFO",
+        "TORCH_SHOW_CPP_STACKTRACES": "1",
+        "TORCH_CPP_LOG_LEVEL": "INFO",
+        "LOGLEVEL": "INFO",
+        "PYTHONFAULTHANDLER": "1",
+    }
+)
+
+_DEFAULT_CPU = 2
+_DEFAULT_GPU = 0
+_DEFAULT_MEM_MB = 1024
+
+
+def ddp(
+    *script_args: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = "",
+    name: str | None = None,
+    h: str | None = None,
+    cpu: int | None = None,
+    gpu: int | None = None,
+    mem_mb: int | None = None,
+    j: str = "1x2",
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    max_restarts: int = 0,
+    rdzv_backend: str = "c10d",
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    mounts: list[str] | None = None,
+    debug: bool = False,
+    tee: int = 3,
+) -> AppDef:
+    """Distributed data parallel: torchrun on each of N nodes, M processes per node.
+
+    One role with one replica per node. A single node rendezvouses on
+    localhost with a free port; several nodes rendezvous on the rank-0 host
+    (``${rank0_host}``), which every scheduler fills in or refuses to compile.
+
+    Examples::
+
+        distspec run dist.ddp --script train.py -- --lr 0.1
+        distspec run -s slurm dist.ddp -j 2x8 -h gpu.large --script train.py
+        distspec run dist.ddp -j 1:4x8 -m mypkg.train      # elastic, 1 to 4 nodes
+
+    Args:
+        script_args: arguments passed to the script or module unchanged.
+        script: the training script to run (a path inside the image); give this or -m.
+        m: a Python module to run as with ``python -m``; give this or --script.
+        image: the container image; empty runs in the scheduler's current environment.
+        name: the job name; the script's or module's name when not given.
+        h: a named host type (``gpu.large``, see ``distspec resources``) giving the
+            CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
+        cpu: CPUs per node (2 without -h).
+        gpu: GPUs per node (0 without -h).
+        mem_mb: memory per node in MiB (1024 without -h).
+        j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:N`` makes it
+            elastic; a bare ``M`` is one node, or M nodes of one process per GPU
+            when the nodes have GPUs.
+        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
+        max_retries: how many times the scheduler reruns the job after a failure.
+        max_restarts: how many times torchrun restarts a node's processes before the
+            node fails.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
+            etcd or etcd-v2.
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
+            a new mount starts at each ``type=``.
+        debug: add verbose torch.distributed and NCCL logging to the environment.
+        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+    """
+    return _torchrun_app(
+        script_args,
+        script=script,
+        m=m,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        mem_mb=mem_mb,
+        j=j,
+        env=env,
+        max_retries=max_retries,
+        max_restarts=max_restarts,
+        rdzv_backend=rdzv_backend,
+        rdzv_port=rdzv_port,
+        mounts=mounts,
+        debug=debug,
+        tee=tee,
+    )
+
+
+def spmd(
+    *script_args: str,
+    j: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = "",
+    name: str | None = None,
+    h: str | None = None,
+    cpu: int | None = None,
+    gpu: int | None = None,
+    mem_mb: int | None = None,
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    max_restarts: int = 0,
+    rdzv_backend: str = "c10d",
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    mounts: list[str] | None = None,
+    debug: bool = False,
+    tee: int = 3,
+) -> AppDef:
+    """Single program, multiple data: one process per GPU on every node.
+
+    The same torchrun launch as dist.ddp, but the topology is always stated
+    (-j is required) and counts nodes when the nodes have GPUs: with
+    ``-h gpu.large`` (8 GPUs) ``-j 2`` is 2 nodes of 8 processes. On hosts
+    without GPUs a bare ``-j M`` is one node of M processes; ``NxM`` is
+    always N nodes of M processes.
+
+    Examples::
+
+        distspec run -s slurm dist.spmd -h gpu.large -j 4 --script train.py
+        distspec run -s kubernetes dist.spmd --gpu 4 -j 2 --image repo/img -m mypkg.train
+
+    Args:
+        script_args: arguments passed to the script or module unchanged.
+        j: the topology: ``N`` nodes (one process per GPU), ``NxM``, or elastic
+            ``MIN:N`` / ``MIN:NxM``.
+        script: the program to run (a path inside the image); give this or -m.
+        m: a Python module to run as with ``python -m``; give this or --script.
+        image: the container image; empty runs in the scheduler's current environment.
+        name: the job name; the script's or module's name when not given.
+        h: a named host type (``gpu.large``, see ``distspec resources``) giving the
+            CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
+        cpu: CPUs per node (2 without -h).
+        gpu: GPUs per node, and so processes per node (0 without -h).
+        mem_mb: memory per node in MiB (1024 without -h).
+        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
+        max_retries: how many times the scheduler reruns the job after a failure.
+        max_restarts: how many times torchrun restarts a node's processes before the
+            node fails.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
+            etcd or etcd-v2.
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
+            a new mount starts at each ``type=``.
+        debug: add verbose torch.distributed and NCCL logging to the environment.
+        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+    """
+    return _torchrun_app(
+        script_args,
+        script=script,
+        m=m,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        mem_mb=mem_mb,
+        j=j,
+        env=env,
+        max_retries=max_retries,
+        max_restarts=max_restarts,
+        rdzv_backend=rdzv_backend,
+        rdzv_port=rdzv_port,
+        mounts=mounts,
+        debug=debug,
+        tee=tee,
+    )
+
+
+def _torchrun_app(
+    script_args: tuple[str, ...],
+    *,
+    script: str | None,
+    m: str | None,
+    image: str,
+    name: str | None,
+    h: str | None,
+    cpu: int | None,
+    gpu: int | None,
+    mem_mb: int | None,
+    j: str,
+    env: dict[str, str] | None,
+    max_retries: int,
+    max_restarts: int,
+    rdzv_backend: str,
+    rdzv_port: int,
+    mounts: list[str] | None,
+    debug: bool,
+    tee: int,
+) -> AppDef:
+    if (script is None) == (m is None):
+        given = "both" if script is not None else "neither"
+        raise ComponentError(
+            f"give exactly one of --script (a program) and -m (a Python module); {given} was given"
+        )
+    resource = resource_for(h=h, cpu=cpu, gpu=gpu, mem_mb=mem_mb)
+    topology = Topology.parse(j, gpus_per_node=resource.gpu or None)
+    if resource.gpu and topology.nproc_per_node > resource.gpu:
+        raise ComponentError(
+            f"-j {j} runs {topology.nproc_per_node} processes per node but each node has "
+            f"{resource.gpu} GPU(s); run at most {resource.gpu} per node or ask for more GPUs"
+        )
+    role_name = role_name_for(script=script, module=m)
+    args = torchrun_args(
+        topology,
+        script=script,
+        module=m,
+        script_args=script_args,
+        rdzv_backend=rdzv_backend,
+        rdzv_port=rdzv_port,
+        max_restarts=max_restarts,
+        tee=tee,
+        role=role_name,
+    )
+    role_env = {**(DEBUG_ENV if debug else {}), **(env or {})}
+    role = Role(
+        name=role_name,
+        image=image,
+        entrypoint=TORCHRUN,
+        args=tuple(args),
+        env=frozendict(role_env),
+        num_replicas=topology.nodes,
+        min_replicas=topology.min_nodes,
+        resource=resource,
+        port_map=frozendict({"c10d": rdzv_port} if topology.nodes > 1 else {}),
+        max_retries=max_retries,
+        mounts=parse_mounts(group_mounts(mounts or [])),
+    )
+    return AppDef(name=name or role_name, roles=(role,))
+
+
+def resource_for(
+    *, h: str | None, cpu: int | None, gpu: int | None, mem_mb: int | None
+) -> Resource:
+    """The named host type ``h`` (or the plain defaults), with any of cpu/gpu/mem_mb replaced."""
+    if h:
+        from distspec.specs.resources import NamedResources
+
+        base = NamedResources().get(h)
+    else:
+        base = Resource(cpu=_DEFAULT_CPU, gpu=_DEFAULT_GPU, mem_mb=_DEFAULT_MEM_MB)
+    if cpu is None and gpu is None and mem_mb is None:
+        return base
+    return Resource(
+        cpu=base.cpu if cpu is None else cpu,
+        gpu=base.gpu if gpu is None else gpu,
+        mem_mb=base.mem_mb if mem_mb is None else mem_mb,
+        capabilities=base.capabilities,
+        devices=base.devices,
+    )
+
+
+def role_name_for(*, script: str | None, module: str | None) -> str:
+    """``path/to/train.py`` → ``train``; ``pkg.trainer`` → ``trainer``; made a valid role name."""
+    if script is not None:
+        base = script.rstrip("/").rsplit("/", 1)[-1]
+        base = base.rsplit(".", 1)[0] if "." in base[1:] else base
+    else:
+        base = (module or "").rsplit(".", 1)[-1]
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", base).lstrip("_.-")
+    return cleaned or "worker"
+
+
+def group_mounts(items: list[str]) -> list[str]:
+    """Regroup comma-split mount words into one spec per mount; a mount starts at ``type=``."""
+    specs: list[str] = []
+    for item in items:
+        for word in item.split(","):
+            if not word:
+                continue
+            if word.startswith("type=") or not specs:
+                specs.append(word)
+            else:
+                specs[-1] += "," + word
+    return specs

@@ -1,0 +1,130 @@
+"""The torchrun command line, written once.
+
+Used by the ``dist.*`` components (with macros that each backend fills in) and by
+in-job launch (with literal values). The entrypoint is the ``torchrun`` console
+script, which is what users type and what their logs show; it is the same
+program as ``python -m torch.distributed.run``.
+
+Rendezvous, as decided here and nowhere else:
+
+- one node (``-j 1xM``, or ``1:1xM``): c10d on ``localhost:0``, so torchrun picks a
+  free port and concurrent single-node jobs on one host never collide. torchrun's
+  own ``--standalone`` does the same, but passing the values keeps the command
+  explicit and the same on every torch version.
+- several nodes: c10d (or the chosen backend) on ``${rank0_host}:PORT`` with
+  ``--rdzv_id ${app_id}``. There is no fallback to ``localhost``: a backend that
+  cannot provide ``${rank0_host}`` fails to compile the job.
+- ``--node_rank ${replica_id}`` only for the ``static`` backend, which needs it and
+  a fixed node count. c10d assigns node ranks itself; torchrun logs a warning and
+  ignores ``--node_rank`` there (``torch/distributed/run.py``, ``config_from_args``).
+- elastic ``-j MIN:MAXxM`` becomes ``--nnodes MIN:MAX``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distspec.errors import ComponentError
+from distspec.specs.macros import Macro
+from distspec.specs.topology import Topology
+
+__all__ = [
+    "DEFAULT_RDZV_PORT",
+    "RDZV_BACKENDS",
+    "TORCHRUN",
+    "torchrun_args",
+]
+
+#: The program every dist component runs.
+TORCHRUN = "torchrun"
+
+#: The port the rendezvous store listens on, on the rank-0 host, for multi-node jobs.
+DEFAULT_RDZV_PORT = 29500
+
+#: Rendezvous backends torchrun ships with.
+RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
+
+
+def torchrun_args(
+    topology: Topology,
+    *,
+    script: str | None = None,
+    module: str | None = None,
+    script_args: Sequence[str] = (),
+    rdzv_backend: str = "c10d",
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_id: str = Macro.APP_ID.token,
+    rank0_host: str = Macro.RANK0_HOST.token,
+    node_rank: str = Macro.REPLICA_ID.token,
+    max_restarts: int = 0,
+    tee: int | None = None,
+    role: str | None = None,
+) -> list[str]:
+    """The arguments that follow :data:`TORCHRUN` to run ``script`` or ``module``.
+
+    Args:
+        topology: nodes (possibly elastic) and processes per node.
+        script: the training script; exactly one of ``script`` and ``module``.
+        module: a Python module to run as ``python -m module``.
+        script_args: arguments for the script, passed through unchanged.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs (one of
+            :data:`RDZV_BACKENDS`); single-node jobs always use c10d on localhost.
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node only).
+        rdzv_id: the rendezvous id shared by all nodes; the app id by default.
+        rank0_host: the host of node 0; the ``${rank0_host}`` macro by default.
+        node_rank: this node's rank, used only by the static backend; the
+            ``${replica_id}`` macro by default.
+        max_restarts: how often torchrun restarts the node's workers before failing.
+        tee: torchrun's ``--tee``: 0 none, 1 stdout, 2 stderr, 3 both; None omits it.
+        role: torchrun's ``--role`` label for the workers; None omits it.
+
+    Raises:
+        ComponentError: not exactly one of script and module, an unknown rendezvous
+            backend, a port out of range, or an elastic static rendezvous.
+    """
+    if (script is None) == (module is None):
+        raise ComponentError("give exactly one of --script and -m (a script or a module to run)")
+    if rdzv_backend not in RDZV_BACKENDS:
+        raise ComponentError(
+            f"unknown rendezvous backend {rdzv_backend!r}; use one of {', '.join(RDZV_BACKENDS)}"
+        )
+    if not 1 <= rdzv_port <= 65535:
+        raise ComponentError(f"rendezvous port {rdzv_port} is not in 1..65535")
+    if max_restarts < 0:
+        raise ComponentError(f"max restarts must be >= 0, got {max_restarts}")
+    if tee is not None and tee not in (0, 1, 2, 3):
+        raise ComponentError(
+            f"--tee must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both), got {tee}"
+        )
+
+    args = ["--nnodes", topology.nnodes_arg, "--nproc_per_node", str(topology.nproc_per_node)]
+    if topology.nodes == 1:
+        args += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--rdzv_id", rdzv_id]
+    else:
+        if rdzv_backend == "static" and topology.elastic:
+            raise ComponentError(
+                f"the static rendezvous needs a fixed node count, not -j {topology}; "
+                "use --rdzv_backend c10d for elastic jobs"
+            )
+        args += [
+            "--rdzv_backend",
+            rdzv_backend,
+            "--rdzv_endpoint",
+            f"{rank0_host}:{rdzv_port}",
+            "--rdzv_id",
+            rdzv_id,
+        ]
+        if rdzv_backend == "static":
+            args += ["--node_rank", node_rank]
+    args += ["--max_restarts", str(max_restarts)]
+    if tee is not None:
+        args += ["--tee", str(tee)]
+    if role is not None:
+        args += ["--role", role]
+    if module is not None:
+        args += ["-m", module]
+    else:
+        assert script is not None
+        args.append(script)
+    args += list(script_args)
+    return args
