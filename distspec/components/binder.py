@@ -403,7 +403,9 @@ def _type_text(tp: Any) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Raises ComponentError instead of printing usage and exiting."""
+    """Raises ComponentError (``NAME: message``) instead of printing usage and exiting."""
+
+    component_name = ""
 
     def error(self, message: str) -> NoReturn:
         hint = ""
@@ -414,10 +416,10 @@ class _Parser(argparse.ArgumentParser):
             first = message[len(prefix) :].partition(" ")[0].partition("=")[0]
             flags = [s for action in self._actions for s in action.option_strings]
             hint = did_you_mean(first, flags) or "; put the script's own arguments after --"
-        raise ComponentError(f"{self.prog}: {message}{hint}")
+        raise ComponentError(f"{self.component_name}: {message}{hint}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise ComponentError(f"{self.prog}: {message or 'argument error'}".strip())
+        raise ComponentError(f"{self.component_name}: {message or 'argument error'}".strip())
 
 
 class _HelpRequested(Exception):
@@ -493,12 +495,13 @@ def _parser(
     description: str | None = None,
 ) -> _Parser:
     parser = _Parser(
-        prog=f"{prog} {component.name}",
+        prog=_prog(component, prog),
         add_help=False,
         allow_abbrev=False,
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.component_name = component.name
     parser.add_argument("--help", action=_HelpAction, nargs=0, help="show this help and exit")
 
     def text(p: Param, extra: str) -> str | None:
@@ -540,6 +543,13 @@ def _parser(
             help=text(p, extra),
         )
     return parser
+
+
+def _prog(component: Component, prog: str) -> str:
+    """``prog`` followed by the component name, unless ``prog`` already ends with it."""
+    if prog.split()[-1:] == [component.name]:
+        return prog
+    return f"{prog} {component.name}"
 
 
 def _with_defaults(
@@ -610,7 +620,8 @@ def bind(
         argv: the words after the component name.
         defaults: parameter values from the user's config; they replace the
             function's own defaults (strings are parsed as on the command line).
-        prog: how the CLI is invoked, for usage and error lines.
+        prog: how the CLI is invoked, for the usage line: ``distspec run``; the
+            component name is appended unless ``prog`` already ends with it.
 
     Returns:
         The AppDef the component built.

@@ -237,7 +237,7 @@ def test_argument_errors_are_one_line(argv: list[str], message: str) -> None:
     text = str(info.value)
     assert message in text
     assert "\n" not in text
-    assert text.startswith("distspec run sink: ")
+    assert text.startswith("sink: ")
 
 
 def test_unknown_positional_without_args_param() -> None:
@@ -451,3 +451,8 @@ def test_env_round_trip_through_the_cli(mapping: dict[str, str]) -> None:
 def test_component_help_is_exception_not_usage_error() -> None:
     assert issubclass(ComponentHelp, Exception)
     assert not issubclass(ComponentHelp, UsageError)
+
+
+def test_prog_with_or_without_the_component_name() -> None:
+    assert help_text(SINK, "distspec run").startswith("usage: distspec run sink [--help]")
+    assert help_text(SINK, "distspec run sink").startswith("usage: distspec run sink [--help]")
