@@ -467,7 +467,10 @@ def _pod_failure_policy(role: Role) -> dict[str, Any]:
         "rules": [
             # Preemption, eviction, node drain: not the program's fault, and
             # not counted against backoffLimit.
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
             {
                 "action": "FailJob",
                 "onExitCodes": {
