@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 
 from distspec.errors import ComponentError
-from distspec.specs.app import AppDef, Resource, Role
+from distspec.specs.app import SCRIPT_METADATA, AppDef, Resource, Role
 from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.mounts import parse_mounts
 from distspec.specs.topology import Topology
@@ -254,6 +254,7 @@ def _torchrun_app(
         port_map=frozendict({"c10d": rdzv_port} if topology.nodes > 1 else {}),
         max_retries=max_retries,
         mounts=parse_mounts(group_mounts(mounts or [])),
+        metadata=frozendict({SCRIPT_METADATA: script} if script else {}),
     )
     return AppDef(name=name or role_name, roles=(role,))
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from distspec.components.dist import group_mounts, resource_for, role_name_for
 from distspec.errors import ComponentError
-from distspec.specs.app import AppDef, Role
+from distspec.specs.app import SCRIPT_METADATA, AppDef, Role
 from distspec.specs.frozen import frozendict
 from distspec.specs.mounts import parse_mounts
 
@@ -125,6 +125,7 @@ def python(
         num_replicas=num_replicas,
         resource=resource_for(h=h, cpu=cpu, gpu=gpu, mem_mb=mem_mb),
         mounts=parse_mounts(group_mounts(mounts or [])),
+        metadata=frozendict({SCRIPT_METADATA: script} if script else {}),
     )
     return AppDef(name=name or derived, roles=(role,))
 

@@ -19,27 +19,24 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from distspec.errors import SchedulerError
-from distspec.specs.app import AppDef
+from distspec.specs.app import SCRIPT_METADATA, AppDef
 from distspec.specs.frozen import FrozenDict
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
 from distspec.specs.state import AppState, AppStatus
 
 __all__ = [
+    "SCRIPT_METADATA",
     "AppSummary",
     "Capabilities",
     "CommandResult",
     "CommandRunner",
     "Request",
-    "SCRIPT_METADATA",
     "Scheduler",
     "run_command",
 ]
 
 OptsT = TypeVar("OptsT")
-
-#: Role metadata key under which components record the user's script path.
-SCRIPT_METADATA = "distspec.script"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

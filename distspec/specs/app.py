@@ -16,7 +16,11 @@ from distspec.errors import SpecError
 from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.mounts import Mount, mount_from_dict, mount_to_dict
 
-__all__ = ["AppDef", "Resource", "RetryPolicy", "Role"]
+__all__ = ["SCRIPT_METADATA", "AppDef", "Resource", "RetryPolicy", "Role"]
+
+#: Role metadata key under which components record the user's script path, so a backend
+#: whose replicas share the submitter's files can check it exists before submitting.
+SCRIPT_METADATA = "distspec.script"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
