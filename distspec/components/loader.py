@@ -215,6 +215,23 @@ def _load_entry_point(ep: EntryPoint, name: str) -> Any:
 def _import_module(module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        # `python -m` puts the working directory on sys.path, the console script does not:
+        # look there too, as a user running from their project expects.
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        here = os.path.isdir(os.path.join(cwd, top)) or os.path.isfile(
+            os.path.join(cwd, top + ".py")
+        )
+        if e.name != top or not here or cwd in sys.path:
+            raise ComponentError(f"cannot import module {module_name!r}: {e}") from e
+        sys.path.insert(0, cwd)
+        try:
+            return importlib.import_module(module_name)
+        except ImportError as e2:
+            raise ComponentError(f"cannot import module {module_name!r}: {e2}") from e2
+        finally:
+            sys.path.remove(cwd)
     except ImportError as e:
         raise ComponentError(f"cannot import module {module_name!r}: {e}") from e
 

@@ -265,3 +265,20 @@ def test_config_error_names_its_source(tmp_path: Path, state_dir: Path) -> None:
         str(tmp_path / ".distspecconfig") in proc.stderr
         and "did you mean 'partition'" in proc.stderr
     )
+
+
+def test_module_component_from_the_working_directory(tmp_path: Path, state_dir: Path) -> None:
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "comps.py").write_text(
+        "from distspec.specs import AppDef, Role\n\n\n"
+        "def hello(who: str = 'x') -> AppDef:\n"
+        "    '''Say hello.\n\n    Args:\n        who: whom\n    '''\n"
+        "    return AppDef(name='hello', roles=(Role(name='r', entrypoint='echo', args=('hi ' + who,)),))\n"
+    )
+    proc = distspec("run", "--dryrun", "mypkg.comps:hello", "--who", "bob", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "hi bob" in proc.stdout
+    missing = distspec("run", "--dryrun", "nopkg.comps:hello", cwd=tmp_path)
+    assert missing.returncode == 2 and "cannot import module 'nopkg.comps'" in missing.stderr
