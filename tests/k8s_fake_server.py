@@ -205,8 +205,10 @@ class FakeApiServer:
         """Append lines to a pod's log (timestamped ``at``, default now)."""
         with self._cond:
             log = self.logs.setdefault((ns, pod), _Log())
-            for line in lines:
-                log.lines.append((at if at is not None else time.time(), line))
+            base = at if at is not None else time.time()
+            for i, line in enumerate(lines):
+                # Distinct timestamps, as a real container's lines have.
+                log.lines.append((base + i * 1e-6, line))
             self._cond.notify_all()
 
     def close_log(self, ns: str, pod: str) -> None:

@@ -590,8 +590,12 @@ def _load_client(conn: _Conn) -> Any:
             scheduler=NAME,
         ) from e
     config: Any = _config
+    import os
+
+    # The client reads $KUBECONFIG once, when it is imported; read it per call.
+    path = conn.kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
-        return config.new_client_from_config(config_file=conn.kubeconfig, context=conn.context)
+        return config.new_client_from_config(config_file=path, context=conn.context)
     except (config.ConfigException, OSError, TypeError) as e:
         if conn.kubeconfig or conn.context:
             raise SchedulerError(f"cannot load kubeconfig: {e}", scheduler=NAME) from e
