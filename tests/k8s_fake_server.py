@@ -338,7 +338,7 @@ class FakeApiServer:
         }
 
     def _watch(
-        self, ns: str, selector: str, since: int, timeout: float
+        self, group: str, plural: str, ns: str, selector: str, since: int, timeout: float
     ) -> Iterator[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         seen: dict[str, str] = {}
@@ -346,7 +346,7 @@ class FakeApiServer:
             while time.monotonic() < deadline:
                 for (g, _, n, p, name), obj in self.objects.items():
                     rv = obj["metadata"]["resourceVersion"]
-                    if (g, p, n) != ("", "pods", ns) or int(rv) <= since or seen.get(name) == rv:
+                    if (g, p, n) != (group, plural, ns) or int(rv) <= since or seen.get(name) == rv:
                         continue
                     if matches(selector, obj["metadata"].get("labels") or {}):
                         seen[name] = rv
@@ -473,6 +473,8 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     self._stream(iter([json.dumps(gone).encode() + b"\n"]), "application/json")
                     return
                 events = server._watch(
+                    group,
+                    plural,
                     ns,
                     selector,
                     int(query.get("resourceVersion") or 0),

@@ -405,7 +405,10 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         A watch that expires (410 Gone) or drops is simply re-established from
         a fresh describe; nothing is missed because the state is re-read.
         """
-        ns, kid, _, kube = self._locate(app_id)
+        ns, kid, record, kube = self._locate(app_id)
+        # A Job's status changes with each of its pods (active/failed counts) and
+        # with its conditions; JobSet/Volcano pods are watched directly.
+        gvr = _JOBS if record.get("flavor", "job") == "job" else ("", "v1", "pods")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.describe(app_id)
@@ -416,8 +419,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return status
-            window = int(min(left if left is not None else 30.0, 30.0)) + 1
-            kube.wait_for_pod_event(ns, f"{APP_ID_LABEL}={kid}", window)
+            window = int(min(left if left is not None else 10.0, 10.0)) + 1
+            kube.wait_for_event(gvr, ns, f"{APP_ID_LABEL}={kid}", window)
 
 
 # ------------------------------------------------------------------- state helpers
@@ -646,6 +649,9 @@ def _api_error(e: Any, what: str) -> Exception:
         )
     if status == 409:
         return UsageError(f"{NAME}: {what} already exists (409): {message}; cancel it first")
+    if status == 400:
+        # The body did not decode: a value of the wrong form (a quantity, a type).
+        return CompileError(NAME, f"the API server could not read {what} (400): {message}")
     if status == 422:
         listed = "; ".join(causes) or message
         return CompileError(NAME, f"the API server rejected {what} (422 Invalid): {listed}")
@@ -845,8 +851,10 @@ class _Kube:
         if buffer:
             yield _split_timestamp(buffer.decode("utf-8", errors="replace"))
 
-    def wait_for_pod_event(self, ns: str, selector: str, timeout_s: int) -> None:
-        """Return after the first change to the app's pods, or after ``timeout_s``.
+    def wait_for_event(
+        self, gvr: tuple[str, str, str], ns: str, selector: str, timeout_s: int
+    ) -> None:
+        """Return after the first change to the app's objects of ``gvr``, or after ``timeout_s``.
 
         Any failure of the watch itself (410 Gone, a dropped stream, a 5xx)
         also just returns: the caller re-reads the state.
@@ -854,28 +862,26 @@ class _Kube:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        try:
-            listing = self._call(
-                lambda: self.core.list_namespaced_pod(
-                    ns, label_selector=selector, _preload_content=False
-                ),
-                f"pods ({selector})",
-                read=True,
+        group, version, plural = gvr
+
+        def call(**kw: Any) -> Any:
+            if group == "":
+                return self.core.list_namespaced_pod(
+                    ns, label_selector=selector, _preload_content=False, **kw
+                )
+            return self.custom.list_namespaced_custom_object(
+                group, version, ns, plural, label_selector=selector, _preload_content=False, **kw
             )
-            version = (listing.get("metadata") or {}).get("resourceVersion")
-            resp = self.core.list_namespaced_pod(
-                ns,
-                label_selector=selector,
+
+        try:
+            listing = self._call(call, f"{plural} ({selector})", read=True)
+            resp = call(
                 watch=True,
-                resource_version=version,
+                resource_version=(listing.get("metadata") or {}).get("resourceVersion"),
                 timeout_seconds=timeout_s,
-                _preload_content=False,
                 _request_timeout=timeout_s + 5,
             )
-        except (ApiException, HTTPError):
-            time.sleep(0.2)
-            return
-        except SchedulerError:
+        except (ApiException, HTTPError, SchedulerError):
             time.sleep(0.2)
             return
         try:

@@ -73,6 +73,9 @@ _MAX_NODES = 9_999_999
 # executable, not found): retrying cannot help, so the job fails at once.
 _FATAL_EXIT_CODES = (2, 126, 127)
 
+# k8s.io/apimachinery resource.Quantity: a number and a binary/decimal SI suffix or exponent.
+_QUANTITY = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?")
+
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -264,6 +267,15 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
             fail(f"secret_env: {name}={ref!r} must be NAME=SECRET:KEY")
     for spec in opts.tolerations:
         _toleration(spec)
+    sizes = [("shm_size", opts.shm_size)] + [
+        (f"mount {m.dst_path}", m.src.partition(":")[2])
+        for role in app.roles
+        for m in role.mounts
+        if isinstance(m, VolumeMount) and m.src.startswith("emptyDir:")
+    ]
+    for what, size in sizes:
+        if size and not _QUANTITY.fullmatch(size):
+            fail(f"{what}: {size!r} is not a Kubernetes quantity (e.g. 16Gi, 500M)")
     if opts.rdzv_port < 1 or opts.rdzv_port > 65535:
         fail(f"rdzv_port {opts.rdzv_port} is not a port number")
     if opts.flavor is Flavor.VOLCANO and opts.queue is not None and not _is_subdomain(opts.queue):

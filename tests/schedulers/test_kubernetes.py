@@ -383,6 +383,7 @@ def test_volcano_queue_and_kueue_label(sched: KubernetesScheduler) -> None:
         ({"secret_env": "TOKEN=justasecret"}, "SECRET:KEY"),
         ({"secret_env": "1BAD=s:k"}, "environment variable"),
         ({"rdzv_port": "70000"}, "port"),
+        ({"shm_size": "lots"}, "quantity"),
     ],
 )
 def test_bad_options_are_compile_errors(

@@ -1,0 +1,206 @@
+"""Kubernetes backend against a real API server: Kubernetes 1.20.2 on 127.0.0.1.
+
+`scripts/k8s-apiserver` runs etcd, kube-apiserver and kube-controller-manager
+(job + garbage-collector controllers), no kubelet and no scheduler: pods stay
+Pending until a test patches `pods/status`, and there are no pod logs (those
+are tested against tests/k8s_fake_server.py).
+
+1.20 predates Indexed Jobs: it silently DROPS `completionMode`,
+`podFailurePolicy` and `podReplacementPolicy`, so the Job comes back
+NonIndexed, its pods carry no completion index and describe numbers replicas
+in creation order. The manifests themselves are checked against the 1.29+
+schemas offline (test_kubernetes.py).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from distspec.errors import CompileError, UsageError
+from distspec.schedulers.api import Request
+from distspec.schedulers.kubernetes import KubernetesScheduler
+from distspec.specs.app import AppDef, Resource, Role
+from distspec.specs.state import AppState
+from tests.k8s_apiserver import require_apiserver
+
+pytestmark = pytest.mark.k8s_apiserver
+
+kubernetes = pytest.importorskip("kubernetes", reason="pip install 'kubernetes>=30,<38'")
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+class Cluster:
+    def __init__(self, kubeconfig: str, ns: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.ns = ns
+        self.api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.batch = kubernetes.client.BatchV1Api(self.api)
+
+    def pods(self, app: str) -> list[Any]:
+        items: list[Any] = self.core.list_namespaced_pod(
+            self.ns, label_selector=f"distspec.io/app-id={app}"
+        ).items
+        return items
+
+    def set_phase(self, pod: Any, phase: str) -> None:
+        self.core.patch_namespaced_pod_status(
+            pod.metadata.name, self.ns, {"status": {"phase": phase}}
+        )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    kubeconfig = require_apiserver()
+    ns = f"distspec-k8s-{uuid.uuid4().hex[:8]}"
+    c = Cluster(kubeconfig, ns)
+    c.core.create_namespace({"metadata": {"name": ns}})
+    try:
+        yield c
+    finally:
+        c.core.delete_namespace(ns)
+        c.api.close()
+
+
+@pytest.fixture
+def sched(tmp_path: Path) -> KubernetesScheduler:
+    return KubernetesScheduler("test", state_dir=tmp_path / "state")
+
+
+def app(nodes: int = 2, retries: int = 0) -> AppDef:
+    return AppDef(
+        name="ddp",
+        roles=(
+            Role(
+                name="trainer",
+                entrypoint="torchrun",
+                image="example.invalid/train:1",
+                args=("--node-rank", "${replica_id}", "--rdzv-endpoint", "${rank0_host}:29500"),
+                num_replicas=nodes,
+                max_retries=retries,
+                resource=Resource(cpu=1, gpu=8, mem_mb=1024),
+            ),
+        ),
+    )
+
+
+def request_for(
+    sched: KubernetesScheduler, cluster: Cluster, app_id: str, nodes: int = 2, **opts: Any
+) -> Request:
+    options = sched.parse_options(
+        {"namespace": cluster.ns, "kubeconfig": cluster.kubeconfig, **opts}
+    )
+    return sched.compile(app(nodes), options, app_id=app_id)
+
+
+def test_submit_then_duplicate(sched: KubernetesScheduler, cluster: Cluster) -> None:
+    app_id = sched.submit(request_for(sched, cluster, "dup-00000001"))
+    assert app_id == f"{cluster.ns}:dup-00000001"
+    job = cluster.batch.read_namespaced_job("dup-00000001-trainer", cluster.ns)
+    # 1.20 drops what it does not know: the Job is NonIndexed there.
+    assert job.spec.completion_mode is None
+    assert job.spec.completions == job.spec.parallelism == 2
+    svc = cluster.core.read_namespaced_service("dup-00000001", cluster.ns)
+    assert svc.spec.cluster_ip == "None"
+    assert svc.spec.publish_not_ready_addresses is True
+    (owner,) = svc.metadata.owner_references
+    assert (owner.kind, owner.uid) == ("Job", job.metadata.uid)
+    with pytest.raises(UsageError, match=r"409"):
+        sched.submit(request_for(sched, cluster, "dup-00000001"))
+
+
+def test_server_side_dry_run(sched: KubernetesScheduler, cluster: Cluster) -> None:
+    objs = sched.server_dry_run(request_for(sched, cluster, "dry-00000001"))
+    assert [o["kind"] for o in objs] == ["Job", "Service"]
+    assert objs[0]["metadata"]["uid"]  # defaulted by the server, yet nothing persisted
+    jobs = cluster.batch.list_namespaced_job(
+        cluster.ns, label_selector="distspec.io/app-id=dry-00000001"
+    )
+    assert jobs.items == []
+    # What only the server checks: quantities and label values.
+    bad = request_for(
+        sched,
+        cluster,
+        "dry-00000002",
+        node_selector="pool=not a label!",
+        image_pull_policy="Sometimes",
+    )
+    with pytest.raises(CompileError, match="422") as e:
+        sched.server_dry_run(bad)
+    assert "nodeSelector" in str(e.value) and "imagePullPolicy" in str(e.value)
+
+
+@pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])
+def test_status_from_the_job_controller(
+    sched: KubernetesScheduler, cluster: Cluster, outcome: str
+) -> None:
+    kid = f"st{outcome.lower()}-00000001"
+    app_id = sched.submit(request_for(sched, cluster, kid))
+    pods = wait_for(lambda: len(p := cluster.pods(kid)) == 2 and p, "2 pods")
+    status = sched.describe(app_id)
+    assert status is not None and status.state is AppState.PENDING
+    # NonIndexed on 1.20: replicas numbered in creation order.
+    assert [r.id for r in status.roles[0].replicas] == [0, 1]
+    cluster.set_phase(pods[0], "Running")
+    status = wait_for(
+        lambda: (s := sched.describe(app_id)) and s.state is AppState.RUNNING and s, "RUNNING"
+    )
+    for pod in pods if outcome == "Succeeded" else pods[:1]:
+        cluster.set_phase(pod, outcome)
+    final = sched.wait(app_id, timeout=60)
+    assert final is not None
+    if outcome == "Succeeded":
+        assert final.state is AppState.SUCCEEDED
+    else:
+        assert final.state is AppState.FAILED
+        assert "BackoffLimitExceeded" in final.msg
+        assert final.first_failure() is not None
+
+
+def test_cancel_collects_pods_and_service(sched: KubernetesScheduler, cluster: Cluster) -> None:
+    kid = "cancel-00000001"
+    app_id = sched.submit(request_for(sched, cluster, kid))
+    wait_for(lambda: len(cluster.pods(kid)) == 2, "2 pods")
+    sched.cancel(app_id)
+
+    def gone() -> bool:
+        jobs = cluster.batch.list_namespaced_job(
+            cluster.ns, label_selector=f"distspec.io/app-id={kid}"
+        ).items
+        svcs = cluster.core.list_namespaced_service(
+            cluster.ns, label_selector=f"distspec.io/app-id={kid}"
+        ).items
+        return not jobs and not svcs and not cluster.pods(kid)
+
+    wait_for(gone, "the Job, its pods and its Service to be garbage-collected")
+    status = sched.describe(app_id)
+    assert status is not None and status.state is AppState.CANCELLED
+    sched.cancel(app_id)  # nothing left: a no-op
+
+
+def test_list(
+    sched: KubernetesScheduler, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
+    app_id = sched.submit(request_for(sched, cluster, "list-00000001"))
+    found = {s.app_id: s for s in sched.list()}
+    assert app_id in found
+    assert found[app_id].name == "ddp"
