@@ -62,8 +62,9 @@ def pod_spec(**extra: Any) -> dict[str, Any]:
                 ],
                 "ports": [{"containerPort": 29500, "name": "c10d"}],
                 "resources": {
-                    "requests": {"cpu": "32", "memory": "256Gi", GPU: 8},
-                    "limits": {"cpu": "32", "memory": "256Gi", GPU: 8},
+                    # Strings: kubernetes 37.x rejects numbers here client-side.
+                    "requests": {"cpu": "32", "memory": "256Gi", GPU: "8"},
+                    "limits": {"cpu": "32", "memory": "256Gi", GPU: "8"},
                 },
                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
             }
@@ -325,7 +326,7 @@ def test_semantics_rejects_gpu_request_not_equal_limit() -> None:
     doc = job()
     container(doc)["resources"]["requests"][GPU] = 4
     problems = check_semantics([doc])
-    assert any(f"{GPU} request 4 must equal its limit 8" in p for p in problems), problems
+    assert any(f"{GPU} request 4 must equal its limit '8'" in p for p in problems), problems
 
     doc = job()
     del container(doc)["resources"]["limits"][GPU]
