@@ -1,0 +1,531 @@
+"""``local_cwd``: run every replica on this machine, as a process group, under a
+detached supervisor, in the current directory (the default backend).
+
+``compile`` turns an AppDef into a *plan* (``plan.json``): per replica the exact
+argv with every macro substituted, the environment, the working directory and the
+log file names. ``submit`` creates the run directory
+``<state dir>/local_cwd/<app id>/`` (mode 0700) and starts
+:mod:`distspec.schedulers.local_supervisor` fully detached on it; ``status``,
+``describe``, ``log``, ``cancel`` and ``list`` read that directory, so they work
+from any shell, also after the submitting CLI has exited.
+
+Run directory::
+
+    appdef.json      the AppDef as submitted
+    plan.json        the compiled request (``distspec run --dryrun`` prints it)
+    state.json       the supervisor's view, replaced atomically on every change
+    supervisor.log   the supervisor's own stdout/stderr (empty unless it crashed)
+    logs/<role>-<replica>.stdout / .stderr   what the replica wrote, byte for byte
+    logs/<role>-<replica>.log                both streams, one line per record:
+                                             ``<unix time> <O|E|D> <text>``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from distspec.errors import SchedulerError, UsageError
+from distspec.schedulers._common import check_capabilities, log_file_name
+from distspec.schedulers.api import (
+    SCRIPT_METADATA,
+    AppSummary,
+    Capabilities,
+    Request,
+    Scheduler,
+)
+from distspec.specs.app import AppDef
+from distspec.specs.frozen import frozendict
+from distspec.specs.macros import Macro
+from distspec.specs.options import option
+from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+
+__all__ = ["LocalOptions", "LocalScheduler"]
+
+#: Interval of the state-file check in :meth:`LocalScheduler.wait`; a stat() call.
+WAIT_INTERVAL = 0.005
+#: How long ``submit`` waits for the supervisor's first state before giving up.
+START_TIMEOUT = 60.0
+#: How often ``log --follow`` looks for new lines.
+FOLLOW_INTERVAL = 0.05
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalOptions:
+    cwd: str | None = option(
+        None,
+        "Working directory of every replica (default: the role's image if it is set, "
+        "else the directory `distspec run` is started in).",
+    )
+    prepend_cwd: bool = option(False, "Put the working directory first on the replicas' PATH.")
+    grace_period: float = option(
+        10.0,
+        "Seconds between SIGTERM and SIGKILL when a job is cancelled or a failed "
+        "replica's siblings are stopped.",
+    )
+    auto_set_cuda_visible_devices: bool = option(
+        False,
+        "Give each replica its own GPUs: CUDA_VISIBLE_DEVICES counts up across "
+        "replicas by each role's resource.gpu.",
+    )
+    unbuffered: bool = option(
+        True,
+        "Set PYTHONUNBUFFERED=1 (unless the role sets it) so Python output reaches "
+        "the logs, and `distspec log -f`, as it is written.",
+    )
+
+
+def _default_state_dir() -> Path:
+    explicit = os.environ.get("DISTSPEC_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.environ.get("HOME") or os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "distspec"
+
+
+_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+class LocalScheduler(Scheduler[LocalOptions]):
+    """Processes on this machine under a detached supervisor; see the module docstring."""
+
+    name: ClassVar[str] = "local_cwd"
+    Options: ClassVar[type[Any]] = LocalOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(mount_kinds=frozenset(), shared_files=True)
+    max_poll_interval: ClassVar[float] = 0.05
+
+    # -- paths --------------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        """``<state dir>/local_cwd``: one directory per run below it."""
+        base = self._state_dir if self._state_dir is not None else _default_state_dir()
+        return base / self.name
+
+    def run_dir(self, app_id: str) -> Path:
+        if not app_id or "/" in app_id or app_id in (".", ".."):
+            raise UsageError(f"invalid local_cwd app id {app_id!r}")
+        return self.root / app_id
+
+    # -- the pure half ------------------------------------------------------------
+
+    def compile(self, app: AppDef, opts: LocalOptions, *, app_id: str) -> Request:
+        """The plan: every replica's argv, env, cwd and log files; macros substituted.
+
+        ``${rank0_host}`` is ``localhost``, ``${replica_id}`` the replica's index,
+        ``${img_root}`` the role's image (a directory here), else ``cwd``, else ``.``.
+        """
+        from distspec.specs import macros
+
+        check_capabilities(app, self.capabilities, self.name)
+        next_gpu = 0
+        roles = []
+        for role in app.roles:
+            replicas = []
+            cwd = opts.cwd or role.image or None
+            for i in range(role.num_replicas):
+                values = {
+                    Macro.APP_ID: app_id,
+                    Macro.REPLICA_ID: str(i),
+                    Macro.NUM_REPLICAS: str(role.num_replicas),
+                    Macro.RANK0_HOST: "localhost",
+                    Macro.IMG_ROOT: role.image or opts.cwd or ".",
+                }
+                env = {k: macros.substitute(v, values) for k, v in role.env.items()}
+                if opts.unbuffered:
+                    env.setdefault("PYTHONUNBUFFERED", "1")
+                if opts.auto_set_cuda_visible_devices and role.resource.gpu > 0:
+                    gpus = range(next_gpu, next_gpu + role.resource.gpu)
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+                    next_gpu += role.resource.gpu
+                env.update(
+                    {
+                        "DISTSPEC_APP_ID": app_id,
+                        "DISTSPEC_ROLE_NAME": role.name,
+                        "DISTSPEC_REPLICA_ID": str(i),
+                    }
+                )
+                replicas.append(
+                    {
+                        "id": i,
+                        "argv": [
+                            macros.substitute(role.entrypoint, values),
+                            *(macros.substitute(a, values) for a in role.args),
+                        ],
+                        "env": env,
+                        "cwd": cwd,
+                        "prepend_cwd": opts.prepend_cwd,
+                        "stdout": f"logs/{log_file_name(role.name, i, 'stdout')}",
+                        "stderr": f"logs/{log_file_name(role.name, i, 'stderr')}",
+                        "log": f"logs/{log_file_name(role.name, i, 'log')}",
+                    }
+                )
+            roles.append(
+                {
+                    "name": role.name,
+                    "num_replicas": role.num_replicas,
+                    "max_retries": role.max_retries,
+                    "retry_policy": role.retry_policy.value,
+                    "replicas": replicas,
+                }
+            )
+        plan = {
+            "version": 1,
+            "app_id": app_id,
+            "app_name": app.name,
+            "options": {"grace_period": opts.grace_period},
+            "roles": roles,
+        }
+        files = {
+            "plan.json": json.dumps(plan, indent=2) + "\n",
+            "appdef.json": json.dumps(app.to_dict(), indent=2) + "\n",
+        }
+        # By hand (``--dryrun -o DIR``): supervise in the foreground with DIR as run dir.
+        argv = ("python3", "-m", "distspec.schedulers.local_supervisor", "--foreground", ".")
+        return Request(
+            scheduler=self.name,
+            app=app,
+            app_id=app_id,
+            options=opts,
+            files=frozendict(files),
+            argv=argv,
+            main_file="plan.json",
+        )
+
+    # -- the effectful half -------------------------------------------------------
+
+    def preflight(self, request: Request) -> None:
+        """Every role's working directory and script must exist here."""
+        opts: LocalOptions = request.options
+        for role in request.app.roles:
+            base = opts.cwd or role.image or os.getcwd()
+            if not os.path.isdir(base):
+                what = "cwd" if opts.cwd else "image (a directory for local_cwd)"
+                raise UsageError(f"role {role.name!r}: {what} {base!r} is not a directory")
+            script = role.metadata.get(SCRIPT_METADATA)
+            if script and not os.path.exists(os.path.join(base, script)):
+                raise UsageError(f"role {role.name!r}: script {script!r} not found in {base}")
+
+    def submit(self, request: Request) -> str:
+        """Write the run directory and start the supervisor detached; returns the app id
+        once the supervisor has started every replica and written its first state."""
+        import subprocess
+        import sys
+
+        from distspec.schedulers import local_supervisor as sup
+
+        run_dir = self.run_dir(request.app_id)
+        base = self.root.parent
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, exist_ok=True)
+        try:
+            run_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            raise SchedulerError(
+                f"run directory {run_dir} already exists", scheduler=self.name
+            ) from None
+        (run_dir / "logs").mkdir(mode=0o700)
+        for name, text in request.files.items():
+            (run_dir / name).write_text(text)
+
+        env = dict(os.environ)
+        # Replicas find the programs of the interpreter distspec runs in (its venv's
+        # torchrun), even when that venv is not activated; the user's PATH comes first.
+        bindir = os.path.dirname(sys.executable)
+        path = env.get("PATH", "")
+        if bindir and bindir not in path.split(os.pathsep):
+            env["PATH"] = f"{path}{os.pathsep}{bindir}" if path else bindir
+        env[sup.APP_ID_ENV] = request.app_id
+        ready_r, ready_w = os.pipe()
+        argv = [
+            sys.executable,
+            "-I",  # isolated: no PYTHON* variables, no script dir on sys.path
+            "-S",  # no site: the supervisor needs only the standard library
+            sup.__file__,
+            "--ready-fd",
+            str(ready_w),
+            "--cwd",
+            os.getcwd(),
+            str(run_dir),
+        ]
+        try:
+            with open(run_dir / "supervisor.log", "ab") as log:
+                proc = subprocess.run(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(ready_w,),
+                    check=False,
+                )
+        finally:
+            os.close(ready_w)
+        with os.fdopen(ready_r, "rb") as ready:
+            answer = _read_with_timeout(ready, START_TIMEOUT)
+        if proc.returncode != 0 or answer != b"ok\n":
+            log_text = (run_dir / "supervisor.log").read_text(errors="replace")
+            raise SchedulerError(
+                f"the supervisor of {request.app_id} did not start (see {run_dir}/supervisor.log)",
+                scheduler=self.name,
+                argv=argv,
+                returncode=proc.returncode,
+                stderr=log_text,
+            )
+        return request.app_id
+
+    def _read_state(self, app_id: str) -> dict[str, Any] | None:
+        from distspec.schedulers.local_supervisor import STATE_FILE, read_json
+
+        try:
+            data: dict[str, Any] = read_json(str(self.run_dir(app_id) / STATE_FILE))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise SchedulerError(
+                f"cannot read the state of {app_id}: {e}", scheduler=self.name
+            ) from e
+        return data
+
+    def _checked_state(self, app_id: str) -> dict[str, Any] | None:
+        """The state file, made terminal (and the run's processes killed) when it says
+        the run goes on but its supervisor is gone."""
+        import time
+
+        from distspec.schedulers import local_supervisor as sup
+
+        data = self._read_state(app_id)
+        if data is None or data["state"] in _TERMINAL:
+            return data
+        info = data.get("supervisor", {})
+        if sup.is_alive(int(info.get("pid", 0)), info.get("starttime")):
+            return data
+        # The supervisor died (SIGKILL, OOM killer...). Its keepers kill their trees on
+        # its death; make sure, then record the truth so every later reader sees it.
+        data = self._read_state(app_id) or data
+        if data["state"] in _TERMINAL:  # it finished between the two reads
+            return data
+        sup.hunt(app_id)
+        now = time.time()
+        data["state"] = "FAILED"
+        data["msg"] = "supervisor died"
+        data["ended"] = now
+        for role in data["roles"]:
+            for rep in role["replicas"]:
+                if rep["state"] not in _TERMINAL:
+                    rep["state"] = "FAILED"
+                    rep["reason"] = "supervisor died"
+                    rep["ended"] = now
+        sup.write_json_atomic(str(self.run_dir(app_id) / sup.STATE_FILE), data)
+        return data
+
+    def describe(self, app_id: str) -> AppStatus | None:
+        data = self._checked_state(app_id)
+        return None if data is None else _to_status(data)
+
+    def wait(
+        self,
+        app_id: str,
+        *,
+        timeout: float | None = None,
+        on_status: Callable[[AppStatus], None] | None = None,
+    ) -> AppStatus | None:
+        """Follow the state file: a stat() every few ms, a full read only when it changed
+        (the supervisor replaces it on every change), a liveness check a few times a second."""
+        import time
+
+        from distspec.schedulers.local_supervisor import STATE_FILE
+
+        path = self.run_dir(app_id) / STATE_FILE
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_key: tuple[int, int] | None = None
+        last_check = 0.0
+        status: AppStatus | None = None
+        while True:
+            try:
+                st = os.stat(path)
+                key: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+            except FileNotFoundError:
+                key = None
+            now = time.monotonic()
+            if key != last_key or now - last_check >= 0.25:
+                last_key, last_check = key, now
+                status = self.describe(app_id)
+                if on_status is not None and status is not None:
+                    on_status(status)
+                if status is None or status.is_terminal:
+                    return status
+            if deadline is not None and now >= deadline:
+                return status
+            time.sleep(WAIT_INTERVAL)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role: str,
+        replica: int,
+        *,
+        since: float | None = None,
+        follow: bool = False,
+    ) -> Iterator[str]:
+        """Lines of ``logs/<role>-<replica>.log`` (stdout and stderr in the order they
+        arrived, plus the supervisor's ``distspec:`` notes on each attempt). With
+        ``follow``, ends once the replica is terminal and its log is drained."""
+        import time
+
+        path = self.run_dir(app_id) / "logs" / log_file_name(role, replica, "log")
+        if self._read_state(app_id) is None:
+            return
+        pending = b""
+        pos = 0
+        while True:
+            # Read the state before the file: lines written before a terminal state
+            # are then certain to be read below.
+            done = not follow or self._replica_done(app_id, role, replica)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(pos)
+                    chunk = f.read()
+            except FileNotFoundError:
+                chunk = b""
+            pos += len(chunk)
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                parsed = _parse_log_line(raw)
+                if parsed is not None and (since is None or parsed[0] >= since):
+                    yield parsed[1]
+            if done:
+                return
+            time.sleep(FOLLOW_INTERVAL)
+
+    def _replica_done(self, app_id: str, role: str, replica: int) -> bool:
+        data = self._checked_state(app_id)
+        if data is None:
+            return True
+        if data["state"] in _TERMINAL:
+            return True
+        for r in data["roles"]:
+            if r["role"] == role:
+                for rep in r["replicas"]:
+                    if rep["id"] == replica:
+                        return bool(rep["state"] in _TERMINAL)
+        return True
+
+    def cancel(self, app_id: str) -> None:
+        """SIGTERM the supervisor (it stops every replica: SIGTERM to each process group,
+        SIGKILL after ``grace_period``) and wait until the run is terminal."""
+        import signal
+        import time
+
+        from distspec.schedulers import local_supervisor as sup
+
+        data = self._checked_state(app_id)
+        if data is None or data["state"] in _TERMINAL:
+            return
+        info = data["supervisor"]
+        pid, starttime = int(info["pid"]), info.get("starttime")
+        plan = json.loads((self.run_dir(app_id) / "plan.json").read_text())
+        grace = float(plan.get("options", {}).get("grace_period", 10.0))
+        if sup.is_alive(pid, starttime):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace + 10.0
+        while time.monotonic() < deadline:
+            data = self._checked_state(app_id)
+            if data is None or data["state"] in _TERMINAL:
+                return
+            time.sleep(WAIT_INTERVAL)
+        # An unresponsive supervisor: kill it; the next read records the death.
+        if sup.is_alive(pid, starttime):
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(200):
+            if not sup.is_alive(pid, starttime):
+                break
+            time.sleep(0.01)
+        self._checked_state(app_id)
+
+    def list(self) -> list[AppSummary]:
+        """Every run under the state dir, newest first."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            try:
+                data = self._checked_state(name)
+            except (SchedulerError, UsageError, KeyError):
+                continue
+            if data is None:
+                continue
+            found.append(
+                (
+                    float(data.get("created", 0.0)),
+                    AppSummary(
+                        app_id=name,
+                        name=str(data.get("app_name", "")),
+                        state=AppState(data["state"]),
+                        detail=str(data.get("msg", "")),
+                    ),
+                )
+            )
+        found.sort(key=lambda item: item[0], reverse=True)
+        return [summary for _, summary in found]
+
+
+def _read_with_timeout(stream: Any, timeout: float) -> bytes:
+    import select
+
+    fd = stream.fileno()
+    data = b""
+    while not data.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _parse_log_line(raw: bytes) -> tuple[float, str] | None:
+    stamp, _, rest = raw.partition(b" ")
+    tag, _, text = rest.partition(b" ")
+    try:
+        when = float(stamp)
+    except ValueError:
+        return None
+    if tag not in (b"O", b"E", b"D"):
+        return None
+    return when, text.decode("utf-8", "replace")
+
+
+def _to_status(data: dict[str, Any]) -> AppStatus:
+    roles = []
+    for role in data.get("roles", ()):
+        replicas = tuple(
+            ReplicaStatus(
+                role=role["role"],
+                id=int(rep["id"]),
+                state=AppState(rep["state"]),
+                hostname="localhost",
+                exit_code=rep.get("exit_code"),
+                reason=rep.get("reason", ""),
+                restarts=int(rep.get("restarts", 0)),
+            )
+            for rep in role["replicas"]
+        )
+        roles.append(RoleStatus(role=role["role"], replicas=replicas))
+    return AppStatus(
+        state=AppState(data["state"]),
+        msg=data.get("msg", ""),
+        num_restarts=int(data.get("num_restarts", 0)),
+        roles=tuple(roles),
+    )

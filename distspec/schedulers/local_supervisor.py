@@ -1,0 +1,814 @@
+"""The detached supervisor of one ``local_cwd`` run, and the process helpers it shares
+with :mod:`distspec.schedulers.local_cwd`.
+
+Run as ``python -S .../local_supervisor.py RUN_DIR``: it reads ``RUN_DIR/plan.json``,
+starts every replica, writes ``RUN_DIR/state.json`` (atomically, on every change)
+and exits when the run has ended and nothing of it is left alive. It imports only
+the standard library (and not even ``site``), so it starts in a few milliseconds.
+
+Process tree of a run::
+
+    supervisor          own session; a child subreaper; SIGTERM = cancel
+    └── keeper          one per replica attempt: own session and process group,
+        │               a child subreaper, parent-death signal SIGUSR1 (= kill all)
+        └── command     e.g. torchrun; parent-death signal SIGKILL; same group as keeper
+            └── ...     torchrun's workers, each in a session of its own
+
+torchrun starts each worker with ``start_new_session=True``, so killing torchrun's
+process group does not reach the workers, and a SIGKILLed torchrun leaves them
+running. That is why every replica runs under a *keeper*, a fork of the supervisor:
+it pumps the command's stdout/stderr into the log files, and when the command
+ends, is cancelled, or the supervisor dies (its parent-death signal), it kills
+every process below it. Being a subreaper, it inherits descendants whose parent
+died, so none can slip away by re-parenting. The supervisor is a subreaper too, so
+if a keeper is SIGKILLed, its orphans come back to the supervisor, which kills them.
+Every process of a run also carries ``DISTSPEC_APP_ID`` in its environment; the
+last line of defence (:func:`hunt`) kills by that marker.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+__all__ = [
+    "APP_ID_ENV",
+    "STATE_FILE",
+    "hunt",
+    "is_alive",
+    "process_starttime",
+    "read_json",
+    "write_json_atomic",
+]
+
+#: Every process of a run has this variable set to the app id.
+APP_ID_ENV = "DISTSPEC_APP_ID"
+STATE_FILE = "state.json"
+PLAN_FILE = "plan.json"
+SCHEMA_VERSION = 1
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: Escalation after the grace period when a keeper did not end its replica itself.
+_KEEPER_TIMEOUT = 5.0
+_TAIL_LINES = 400
+
+
+# -- small helpers shared with local_cwd ---------------------------------------------
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` via a temporary file and rename (never half-written)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of ``/proc/PID/stat`` after the command name (index 0 is the state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].decode().split()
+
+
+def process_starttime(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(pid: int, starttime: int | None = None) -> bool:
+    """True if ``pid`` runs and is not a zombie (and started at ``starttime`` if given)."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X", "x"):
+        return False
+    return starttime is None or int(fields[19]) == starttime
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, state) for every process visible in /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields is not None:
+                table[int(name)] = (int(fields[1]), fields[0])
+    return table
+
+
+def _descendants(root: int, exclude: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
+    """Live (non-zombie) descendants of ``root``, not descending into ``exclude``."""
+    children: dict[int, list[int]] = {}
+    table = _process_table()
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        if pid in exclude:
+            continue
+        if table[pid][1] not in ("Z", "X", "x"):
+            found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def hunt(app_id: str, *, sig: int = signal.SIGKILL) -> list[int]:
+    """Send ``sig`` to every process whose environment marks it as part of ``app_id``.
+
+    The last line of defence, used when the supervisor itself is gone. Returns the pids hit.
+    """
+    marker = f"{APP_ID_ENV}={app_id}".encode()
+    hit = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if marker in env.split(b"\0"):
+            _kill(int(name), sig)
+            hit.append(int(name))
+    return hit
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def _reap(pids: dict[int, int]) -> None:
+    """Reap every exited child without blocking, recording ``pid -> wait status``."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        pids[pid] = status
+
+
+def _kill_tree(exclude: set[int], reaped: dict[int, int], limit: float = 10.0) -> None:
+    """SIGKILL every descendant of this process (except the ``exclude`` subtrees) until
+    none is left. Needs this process to be a subreaper so orphans come back to it."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        victims = _descendants(os.getpid(), exclude)
+        _reap(reaped)
+        if not victims:
+            return
+        for pid in victims:
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.002)
+        _reap(reaped)
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell-style exit code: a death by signal N is 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# -- torchrun's failure report ------------------------------------------------------
+
+
+def torchrun_root_cause(stderr_tail: list[str], role: str = "") -> tuple[int, str] | None:
+    """(exit code, reason) of the first failed worker from torchrun's ChildFailedError
+    report ("Root Cause (first observed failure)"), or None when there is none.
+
+    torchrun itself exits 1 whenever a worker fails; the worker's own code is only in
+    this report.
+    """
+    import re
+
+    try:
+        start = max(i for i, line in enumerate(stderr_tail) if line.startswith("Root Cause"))
+    except ValueError:
+        return None
+    block = "\n".join(stderr_tail[start : start + 12])
+    code = re.search(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?", block)
+    if code is None:
+        return None
+    value = int(code.group(1))
+    rank = re.search(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)", block)
+    who = f"rank {rank.group(1)} (local_rank {rank.group(2)})" if rank else "a worker"
+    how = f"was killed by {_signal_name(-value)}" if value < 0 else f"exited with {value}"
+    reason = f"torchrun: {who} {how}"
+    if code.group(2):
+        reason += f", pid {code.group(2)}"
+    if rank and role:
+        # With --tee and --role, torchrun prefixes each worker line with [<role><local rank>]:
+        prefix = f"[{role}{rank.group(2)}]:"
+        said = [ln[len(prefix) :] for ln in stderr_tail[:start] if ln.startswith(prefix)]
+        if said and said[-1].strip():
+            reason += f"; its last line: {said[-1].strip()[:200]}"
+    return exit_code_of(value), reason
+
+
+# -- the keeper: one replica attempt ------------------------------------------------
+
+
+class _Keeper:
+    """Runs one replica attempt in this (forked) process; never returns."""
+
+    def __init__(
+        self, run_dir: str, replica: dict[str, Any], attempt: int, msg_fd: int, supervisor: int
+    ) -> None:
+        self.run_dir = run_dir
+        self.replica = replica
+        self.attempt = attempt
+        self.msg_fd = msg_fd
+        self.supervisor = supervisor
+        self.kill_now = False
+        self.reason = ""
+
+    def main(self) -> None:
+        code = 1
+        try:
+            code = self._run()
+        except BaseException as e:  # report, never let the exception escape a fork
+            self._send({"t": "exit", "returncode": 1, "reason": f"keeper error: {e!r}"})
+        finally:
+            os._exit(code)
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        msg["keeper"] = os.getpid()
+        data = (json.dumps(msg)[:3800] + "\n").encode()
+        try:
+            os.write(self.msg_fd, data)  # < PIPE_BUF: one atomic write
+        except OSError:
+            pass
+
+    def _on_kill(self, signum: int, frame: Any) -> None:
+        self.kill_now = True
+        if not self.reason:
+            self.reason = (
+                "supervisor died"
+                if os.getppid() != self.supervisor
+                else "killed after the grace period"
+            )
+
+    def _run(self) -> int:
+        os.setsid()
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGUSR1)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGUSR1, self._on_kill)
+        # SIGTERM/SIGINT/SIGHUP reach the whole group; the command handles them, the
+        # keeper only wakes up. (A handler, not SIG_IGN: ignoring would be inherited.)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, lambda s, f: None)
+        if os.getppid() != self.supervisor:  # the supervisor died before prctl
+            self._on_kill(signal.SIGUSR1, None)
+
+        rep = self.replica
+        logs = {
+            key: os.open(
+                os.path.join(self.run_dir, rep[key]),
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                0o600,
+            )
+            for key in ("stdout", "stderr", "log")
+        }
+        if self.attempt > 1:
+            self._note(logs["log"], f"restart {self.attempt - 1}: {json.dumps(rep['argv'])}")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            child = _spawn(rep, out_w, err_w)
+        except OSError as e:
+            msg = f"cannot start {rep['argv'][0]!r}: {e.strerror or e}"
+            self._note(logs["log"], msg)
+            os.write(logs["stderr"], f"distspec: {msg}\n".encode())
+            self._send({"t": "exit", "returncode": 127, "reason": msg})
+            return 127
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self._send({"t": "started", "pid": child})
+
+        tail: list[str] = []
+        partial = {out_r: b"", err_r: b""}
+        names = {out_r: ("stdout", b"O"), err_r: ("stderr", b"E")}
+        open_fds = {out_r, err_r}
+        reaped: dict[int, int] = {}
+        status: int | None = None
+        poller = select.poll()
+        for fd in (wake_r, out_r, err_r):
+            poller.register(fd, select.POLLIN)
+        while open_fds or status is None:
+            if self.kill_now:
+                _kill_tree(set(), reaped)
+            events = poller.poll(None if status is None or not open_fds else 1000)
+            if not events and status is not None:
+                # The command ended but something it left behind keeps a pipe open.
+                _kill_tree(set(), reaped)
+            for fd, _ in events:
+                if fd == wake_r:
+                    try:
+                        os.read(wake_r, 512)
+                    except BlockingIOError:
+                        pass
+                    continue
+                data = os.read(fd, 65536)
+                if not data:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+                    data = b""
+                stream, tag = names[fd]
+                if data:
+                    os.write(logs[stream], data)
+                buf = partial[fd] + data
+                lines = buf.split(b"\n")
+                rest = lines.pop()
+                if (not data and rest) or len(
+                    rest
+                ) > 65536:  # end of stream: flush the unterminated last line
+                    lines.append(rest)
+                    rest = b""
+                partial[fd] = rest
+                if lines:
+                    now = f"{time.time():.6f} ".encode()
+                    os.write(logs["log"], b"".join(now + tag + b" " + ln + b"\n" for ln in lines))
+                    if tag == b"E":
+                        tail.extend(ln.decode("utf-8", "replace") for ln in lines)
+                        del tail[:-_TAIL_LINES]
+            _reap(reaped)
+            if status is None and child in reaped:
+                status = reaped[child]
+                # Whatever the command left behind dies with it.
+                _kill_tree(set(), reaped)
+        _kill_tree(set(), reaped)
+
+        returncode = os.waitstatus_to_exitcode(status)
+        reason = ""
+        exit_code = exit_code_of(returncode)
+        if returncode < 0:
+            reason = f"killed by {_signal_name(-returncode)}"
+            if self.kill_now and self.reason:
+                reason += f" ({self.reason})"
+        elif returncode != 0:
+            found = torchrun_root_cause(tail, self.replica["role"])
+            if found is not None:
+                exit_code, reason = found
+                reason += f"; torchrun exited with {returncode}"
+        if returncode != 0:
+            self._note(logs["log"], f"exit code {exit_code}" + (f": {reason}" if reason else ""))
+        self._send(
+            {"t": "exit", "returncode": returncode, "exit_code": exit_code, "reason": reason}
+        )
+        return 0
+
+    def _note(self, fd: int, text: str) -> None:
+        os.write(fd, f"{time.time():.6f} D distspec: {text}\n".encode())
+
+
+def _spawn(rep: dict[str, Any], out_w: int, err_w: int) -> int:
+    """fork + exec the replica's command; an exec failure is raised here as OSError."""
+    env = dict(os.environ)
+    env.update(rep["env"])
+    path_extra = rep.get("path_prepend")
+    if path_extra:
+        env["PATH"] = path_extra + os.pathsep + env.get("PATH", "")
+    argv = rep["argv"]
+    cwd = rep["cwd"]
+    err_r, err_w2 = os.pipe()  # close-on-exec: EOF without data means exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(err_r)
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            if cwd:
+                os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        except BaseException as e:
+            err = getattr(e, "errno", None) or 0
+            os.write(err_w2, f"{err}:{getattr(e, 'strerror', None) or e}".encode())
+        os._exit(127)
+    os.close(err_w2)
+    with os.fdopen(err_r, "rb") as f:
+        failure = f.read()
+    if failure:
+        os.waitpid(pid, 0)
+        num, _, text = failure.decode("utf-8", "replace").partition(":")
+        raise OSError(int(num or 0), text)
+    return pid
+
+
+# -- the supervisor -----------------------------------------------------------------
+
+
+class _Replica:
+    def __init__(self, role: str, spec: dict[str, Any]) -> None:
+        self.role = role
+        self.spec = spec
+        self.id: int = spec["id"]
+        self.state = "PENDING"
+        self.keeper: int | None = None
+        self.pid: int | None = None
+        self.exit_code: int | None = None
+        self.reason = ""
+        self.restarts = 0
+        self.attempt = 0
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.result: dict[str, Any] | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.keeper is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "pid": self.pid,
+            "pgid": self.keeper,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "restarts": self.restarts,
+            "attempt": self.attempt,
+            "started": self.started,
+            "ended": self.ended,
+        }
+
+
+class Supervisor:
+    """Owns the replicas of one run; see the module docstring."""
+
+    def __init__(self, run_dir: str, cwd: str) -> None:
+        self.run_dir = run_dir
+        self.cwd = cwd
+        self.plan = read_json(os.path.join(run_dir, PLAN_FILE))
+        opts = self.plan.get("options", {})
+        self.grace = float(opts.get("grace_period", 10.0))
+        self.roles = self.plan["roles"]
+        self.replicas = [
+            _Replica(role["name"], spec) for role in self.roles for spec in role["replicas"]
+        ]
+        self.role_restarts = {role["name"]: 0 for role in self.roles}
+        self.app_restarts = 0
+        self.final: tuple[str, str] | None = None  # (state, msg) once decided
+        self.stopping: dict[int, float] = {}  # keeper pid -> time SIGTERM was sent
+        self.escalated: set[int] = set()
+        self.restart_when_stopped: list[_Replica] = []
+        self.cancel_requested = False
+        self.created = time.time()
+        self.last_written: Any = None
+        self.msg = ""
+
+    # state file
+
+    def _state(self) -> dict[str, Any]:
+        state, msg = self._app_state()
+        return {
+            "version": SCHEMA_VERSION,
+            "app_id": self.plan["app_id"],
+            "app_name": self.plan["app_name"],
+            "state": state,
+            "msg": msg,
+            "supervisor": {"pid": os.getpid(), "starttime": process_starttime(os.getpid())},
+            "created": self.created,
+            "num_restarts": self.app_restarts + sum(self.role_restarts.values()),
+            "roles": [
+                {
+                    "role": role["name"],
+                    "replicas": [r.to_dict() for r in self.replicas if r.role == role["name"]],
+                }
+                for role in self.roles
+            ],
+        }
+
+    def _app_state(self) -> tuple[str, str]:
+        if self.final is not None and not any(r.live for r in self.replicas):
+            return self.final
+        if self.final is not None:
+            return "RUNNING", f"stopping: {self.final[1]}"
+        if all(r.state == "SUCCEEDED" for r in self.replicas):
+            return "SUCCEEDED", ""
+        if any(r.state == "RUNNING" for r in self.replicas):
+            return "RUNNING", self.msg
+        return "PENDING", self.msg
+
+    def write_state(self, *, ended: bool = False) -> None:
+        data = self._state()
+        if ended:
+            data["ended"] = time.time()
+        if data == self.last_written:
+            return
+        self.last_written = data
+        write_json_atomic(os.path.join(self.run_dir, STATE_FILE), data)
+
+    # lifecycle
+
+    def start(self, replica: _Replica, msg_w: int, wake: list[int]) -> None:
+        replica.attempt += 1
+        replica.state = "RUNNING"
+        replica.exit_code = None
+        replica.reason = ""
+        replica.result = None
+        replica.pid = None
+        replica.started = time.time()
+        replica.ended = None
+        spec = dict(replica.spec)
+        spec["role"] = replica.role
+        spec["cwd"] = spec.get("cwd") or self.cwd
+        if spec.get("prepend_cwd"):
+            spec["path_prepend"] = spec["cwd"]
+        me = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            for fd in wake:
+                os.close(fd)
+            _Keeper(self.run_dir, spec, replica.attempt, msg_w, me).main()
+        replica.keeper = pid
+
+    def stop(self, replicas: list[_Replica]) -> None:
+        """SIGTERM each live replica's process group; escalate after the grace period."""
+        now = time.monotonic()
+        for r in replicas:
+            if r.keeper is not None and r.keeper not in self.stopping:
+                self.stopping[r.keeper] = now
+                _killpg(r.keeper, signal.SIGTERM)
+
+    def next_deadline(self) -> float | None:
+        times = []
+        for keeper, since in self.stopping.items():
+            times.append(since + self.grace + (_KEEPER_TIMEOUT if keeper in self.escalated else 0))
+        return min(times) if times else None
+
+    def escalate(self) -> None:
+        now = time.monotonic()
+        for keeper, since in list(self.stopping.items()):
+            if keeper not in self.escalated and now >= since + self.grace:
+                self.escalated.add(keeper)
+                _kill(keeper, signal.SIGUSR1)  # the keeper kills its whole tree
+            elif keeper in self.escalated and now >= since + self.grace + _KEEPER_TIMEOUT:
+                _killpg(keeper, signal.SIGKILL)  # an unresponsive keeper
+
+    def on_exit(self, replica: _Replica, status: int, msg_w: int, wake: list[int]) -> None:
+        keeper = replica.keeper
+        assert keeper is not None
+        replica.keeper = None
+        self.stopping.pop(keeper, None)
+        self.escalated.discard(keeper)
+        replica.ended = time.time()
+        result = replica.result
+        if result is None:
+            # The keeper itself died: its orphans came back to us (subreaper).
+            rc = os.waitstatus_to_exitcode(status)
+            live = {r.keeper for r in self.replicas if r.keeper is not None}
+            _kill_tree(live, self.reaped)
+            result = {
+                "returncode": rc,
+                "exit_code": exit_code_of(rc),
+                "reason": f"replica keeper ended unexpectedly ({_describe_rc(rc)})",
+            }
+        rc = int(result.get("returncode", 1))
+        replica.exit_code = int(result.get("exit_code", exit_code_of(rc)))
+        replica.reason = str(result.get("reason", ""))
+        if self.final is not None:
+            if rc == 0:
+                replica.state = "SUCCEEDED"
+            else:
+                replica.state = "CANCELLED" if replica.state != "FAILED" else "FAILED"
+                replica.reason = replica.reason or f"stopped: {self.final[1]}"
+            return
+        if replica in self.restart_when_stopped:
+            replica.state = "PENDING"
+            self._maybe_restart_group(msg_w, wake)
+            return
+        if rc == 0:
+            replica.state = "SUCCEEDED"
+            return
+        self._on_failure(replica, msg_w, wake)
+
+    def _on_failure(self, replica: _Replica, msg_w: int, wake: list[int]) -> None:
+        role = next(r for r in self.roles if r["name"] == replica.role)
+        policy, max_retries = role.get("retry_policy", "application"), role.get("max_retries", 0)
+        what = f"{replica.role}/{replica.id} exited with {replica.exit_code}"
+        if policy == "replica" and replica.restarts < max_retries:
+            replica.restarts += 1
+            self.msg = f"restarted {replica.role}/{replica.id} after: {what}"
+            self.start(replica, msg_w, wake)
+            return
+        group: list[_Replica] = []
+        if policy == "role" and self.role_restarts[replica.role] < max_retries:
+            self.role_restarts[replica.role] += 1
+            group = [r for r in self.replicas if r.role == replica.role]
+        elif policy == "application" and self.app_restarts < max_retries:
+            self.app_restarts += 1
+            group = list(self.replicas)
+        if group:
+            self.msg = f"restarting {policy} after: {what}"
+            replica.state = "PENDING"
+            self.restart_when_stopped = group
+            self.stop([r for r in group if r.live])
+            self._maybe_restart_group(msg_w, wake)
+            return
+        replica.state = "FAILED"
+        self.final = ("FAILED", what)
+        self.stop([r for r in self.replicas if r.live])
+
+    def _maybe_restart_group(self, msg_w: int, wake: list[int]) -> None:
+        group = self.restart_when_stopped
+        if any(r.live for r in group):
+            return
+        self.restart_when_stopped = []
+        for r in group:
+            r.restarts += 1
+            self.start(r, msg_w, wake)
+
+    def cancel(self) -> None:
+        if self.final is None:
+            self.final = ("CANCELLED", "cancel requested")
+        self.stop([r for r in self.replicas if r.live])
+
+    def run(self, ready_fd: int | None) -> int:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        wake_r, wake_w = os.pipe()
+        msg_r, msg_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        os.set_blocking(msg_r, False)
+        signal.set_wakeup_fd(wake_w)
+
+        def on_term(signum: int, frame: Any) -> None:
+            self.cancel_requested = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, on_term)
+        signal.signal(signal.SIGCHLD, lambda s, f: None)
+        wake = [wake_r, wake_w, msg_r]
+        if ready_fd is not None:
+            os.set_inheritable(ready_fd, False)
+            wake.append(ready_fd)
+        self.reaped: dict[int, int] = {}
+        for r in self.replicas:
+            self.start(r, msg_w, wake)
+        self.write_state()
+        if ready_fd is not None:
+            try:
+                os.write(ready_fd, b"ok\n")
+            finally:
+                os.close(ready_fd)
+                wake.remove(ready_fd)
+
+        poller = select.poll()
+        poller.register(wake_r, select.POLLIN)
+        poller.register(msg_r, select.POLLIN)
+        pending = b""
+        by_keeper: dict[int, _Replica] = {}
+        while True:
+            deadline = self.next_deadline()
+            timeout = None if deadline is None else max(0, (deadline - time.monotonic()) * 1000)
+            poller.poll(timeout)
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            _reap(self.reaped)
+            try:
+                while True:
+                    chunk = os.read(msg_r, 65536)
+                    if not chunk:
+                        break
+                    pending += chunk
+            except BlockingIOError:
+                pass
+            by_keeper = {r.keeper: r for r in self.replicas if r.keeper is not None}
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                msg = json.loads(line)
+                target = by_keeper.get(msg.get("keeper"))
+                if target is None:
+                    continue
+                if msg["t"] == "started":
+                    target.pid = msg["pid"]
+                elif msg["t"] == "exit":
+                    target.result = msg
+            for keeper, status in list(self.reaped.items()):
+                target = by_keeper.get(keeper)
+                del self.reaped[keeper]
+                if target is not None:
+                    self.on_exit(target, status, msg_w, wake)
+            if self.cancel_requested:
+                self.cancel()
+            self.escalate()
+            done = self.final is not None or all(r.state == "SUCCEEDED" for r in self.replicas)
+            if done and not any(r.live for r in self.replicas):
+                break
+            self.write_state()
+        _kill_tree(set(), self.reaped)
+        for r in self.replicas:
+            if r.state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                r.state = "CANCELLED"
+                r.reason = r.reason or "never restarted"
+        self.write_state(ended=True)
+        return 0
+
+
+def _describe_rc(rc: int) -> str:
+    return f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit code {rc}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``local_supervisor.py [--ready-fd N] [--foreground] [--cwd DIR] RUN_DIR``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    ready_fd: int | None = None
+    foreground = False
+    cwd = os.getcwd()
+    while args and args[0].startswith("--"):
+        flag = args.pop(0)
+        if flag == "--ready-fd":
+            ready_fd = int(args.pop(0))
+        elif flag == "--foreground":
+            foreground = True
+        elif flag == "--cwd":
+            cwd = os.path.abspath(args.pop(0))
+        else:
+            print(f"local_supervisor: unknown flag {flag}", file=sys.stderr)
+            return 2
+    if len(args) != 1:
+        print("usage: local_supervisor.py [--foreground] [--cwd DIR] RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = os.path.abspath(args[0])
+    # Detach: the submitting process waits for this first process (no zombie left
+    # behind) while the real supervisor is re-parented away from it.
+    if not foreground and os.fork() != 0:
+        os._exit(0)
+    os.makedirs(os.path.join(run_dir, "logs"), mode=0o700, exist_ok=True)
+    sup = Supervisor(run_dir, cwd)
+    if foreground:
+        print(f"{sup.plan['app_id']}: supervising in {run_dir}", file=sys.stderr)
+    rc = sup.run(ready_fd)
+    if foreground:
+        state = read_json(os.path.join(run_dir, STATE_FILE))
+        print(f"{state['app_id']}: {state['state']} {state['msg']}".rstrip(), file=sys.stderr)
+        return 0 if state["state"] == "SUCCEEDED" else 1
+    return rc
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except OSError as e:
+        if e.errno != errno.EINTR:
+            raise
+        code = 1
+    sys.exit(code)
