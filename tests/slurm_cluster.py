@@ -69,7 +69,9 @@ def slurm_cluster_unavailable_reason() -> str | None:
         return f"{SCRIPT} is missing"
     proc = _run("check")
     if proc.returncode != 0:
-        return _last_line(proc.stdout + proc.stderr) or f"slurm-cluster check exited {proc.returncode}"
+        return (
+            _last_line(proc.stdout + proc.stderr) or f"slurm-cluster check exited {proc.returncode}"
+        )
     return None
 
 
