@@ -379,6 +379,7 @@ _REQUEUE = """\
 distspec_requeue() {{
   distspec_interrupted=1
   echo "distspec: SIG{signal} before the time limit: requeueing job $SLURM_JOB_ID" >&2
+  echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) > "$DISTSPEC_JOB_DIR/requeues"
   scontrol requeue "$SLURM_JOB_ID"
 }}
 trap distspec_requeue {signal}
@@ -740,16 +741,8 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
         if result.returncode != 0:
             if "accounting storage is disabled" in result.stderr.lower():
                 self._accounting = False
-                return None
-            if self._accounting is None:
-                return None  # unsure yet: ask the controller this time
-            raise SchedulerError(
-                "sacct failed",
-                scheduler=NAME,
-                argv=argv,
-                returncode=result.returncode,
-                stderr=result.stderr,
-            )
+            # Otherwise slurmdbd may be restarting: ask the controller this time.
+            return None
         self._accounting = True
         # sacct 22.05 --duplicates garbles the job row (name "allocation", one node),
         # so requeues are counted by the script instead ($SLURM_RESTART_COUNT).
@@ -926,6 +919,9 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
                 "--parsable2",
                 "--noheader",
                 "--allocations",
+                # A requeued job's last run may not have started inside the time
+                # window; --duplicates lists every run, and the last one wins below.
+                "--duplicates",
                 "--user",
                 user,
                 "--starttime",
@@ -956,18 +952,21 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
             rows = [
                 line.split("|")[:4] for line in result.stdout.splitlines() if line.count("|") >= 3
             ]
-        jobs: dict[str, tuple[str, list[str], str]] = {}
-        for job, name, state, reason in rows:
-            base = job.split("+")[0].split("_")[0]
-            if not base.isdigit():
-                continue
-            _, states, _ = jobs.setdefault(base, (name, [], reason))
-            states.append(_state_word(state))
+        latest: dict[str, list[str]] = {}
+        for row in rows:
+            latest[row[0]] = row  # per (hetjob component) id, the last run listed
+        jobs: dict[str, list[list[str]]] = {}
+        for key, row in latest.items():
+            base = key.split("+")[0]
+            if base.isdigit():
+                jobs.setdefault(base, []).append(row)
         out = []
         for base in sorted(jobs, key=int, reverse=True):
-            name, states, reason = jobs[base]
+            comps = jobs[base]
+            states = [_state_word(c[2]) for c in comps]
             mapped = _combine([SLURM_STATES.get(s, AppState.UNKNOWN) for s in states])
-            detail = states[-1] + (f" ({reason})" if reason and reason != "None" else "")
+            name, reason = comps[0][1], comps[0][3]
+            detail = states[0] + (f" ({reason})" if reason and reason != "None" else "")
             out.append(AppSummary(app_id=base, name=name, state=mapped, detail=detail))
         return out
 

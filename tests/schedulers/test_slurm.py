@@ -490,6 +490,7 @@ def test_requeue_trap_runs_scontrol_requeue(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "requeueing job 42" in proc.stderr
     assert (tmp_path / "scontrol.log").read_text() == "requeue 42\n"
+    assert (tmp_path / "jobs" / "rq-42" / "requeues").read_text() == "1\n"
 
 
 # -- effectful half through fake commands ------------------------------------------

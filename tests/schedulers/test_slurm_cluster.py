@@ -1,0 +1,262 @@
+"""The Slurm backend on the real local two-node cluster (scripts/slurm-cluster).
+
+Mode-agnostic tests use the cluster in whatever accounting mode it is in (switching
+restarts every daemon); the two mode-specific tests come last and ask for theirs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from distspec.schedulers.slurm import SlurmScheduler
+from distspec.specs import AppDef, AppState, AppStatus, Role
+from tests.slurm_cluster import (
+    cluster_has_accounting,
+    cluster_is_up,
+    require_slurm_cluster,
+    slurm_cluster_unavailable_reason,
+)
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def cluster() -> None:
+    """The cluster up in either accounting mode, or a skip with the reason."""
+    reason = slurm_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if not cluster_is_up():
+        require_slurm_cluster()
+
+
+@pytest.fixture
+def env(state_dir: Path) -> dict[str, str]:
+    """The CLI's environment: a private state dir, and torchrun on PATH for the job."""
+    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+
+
+def _cli(
+    args: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "distspec"), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _handle(stdout: str) -> str:
+    match = re.search(r"slurm://\S+", stdout)
+    assert match, stdout
+    return match.group(0)
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.3)
+
+
+def _sleeper(marker: str, nodes: int = 2) -> AppDef:
+    return AppDef(
+        name="sleeper",
+        roles=(
+            Role(
+                name="s",
+                entrypoint="bash",
+                args=("-c", 'echo "started on $(hostname)"; exec -a "$1" sleep 300', "x", marker),
+                num_replicas=nodes,
+            ),
+        ),
+    )
+
+
+def _submit(sched: SlurmScheduler, app: AppDef, **opts: str) -> str:
+    return sched.submit(sched.compile(app, sched.parse_options(opts), app_id=f"{app.name}-t"))
+
+
+def _running_everywhere(sched: SlurmScheduler, job: str, replicas: int) -> bool:
+    status = sched.describe(job)
+    assert status is not None
+    if status.is_terminal:
+        pytest.fail(f"job {job} ended early: {status.format()}")
+    return (
+        status.state is AppState.RUNNING
+        and all(r.hostname for r in status.roles[0].replicas)
+        and len(status.roles[0].replicas) == replicas
+    )
+
+
+def _processes_with(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=True)
+    return [
+        line
+        for line in out.stdout.splitlines()
+        if marker in line and not line.lstrip().startswith("Z")
+    ]
+
+
+def test_ddp_2x2_real_rendezvous_and_logs_from_another_cwd(
+    cluster: None, env: dict[str, str], tmp_path: Path
+) -> None:
+    proc = _cli(
+        [
+            "run",
+            "-s",
+            "slurm",
+            "--wait",
+            "dist.ddp",
+            "-j",
+            "2x2",
+            "--script",
+            "examples/train_ddp.py",
+            "--",
+            "--steps",
+            "30",
+            "--checkpoint",
+            "none",
+        ],
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    handle = _handle(proc.stdout)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    status = _cli(["describe", handle], env=env, cwd=elsewhere)
+    assert status.returncode == 0, status.stderr
+    assert "SUCCEEDED" in status.stdout
+    hosts = set(re.findall(r"host=(n\d)", status.stdout))
+    assert hosts == {"n0", "n1"}, status.stdout
+    logs = _cli(["log", handle], env=env, cwd=elsewhere)
+    assert logs.returncode == 0, logs.stderr
+    # Both replicas' files are read, and four ranks met across the two nodes.
+    prefixes = set(re.findall(r"^(\S+/[01]): ", logs.stdout, re.M))
+    assert len(prefixes) == 2, logs.stdout
+    assert "world_size=4 backend=gloo" in logs.stdout
+    assert "done: loss" in logs.stdout
+
+
+def test_a_failing_rank_fails_the_job_and_is_named(
+    cluster: None, env: dict[str, str], tmp_path: Path
+) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import os, sys\n"
+        "rank = int(os.environ['RANK'])\n"
+        "print(f'rank {rank} here', flush=True)\n"
+        "sys.exit(3 if rank == 3 else 0)\n"
+    )
+    proc = _cli(
+        ["run", "-s", "slurm", "--wait", "dist.ddp", "-j", "2x2", "--script", "fail.py"],
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert re.search(r"FAILED: replica \S+/[01] on n[01] exited with [1-9]", proc.stderr), (
+        proc.stderr
+    )
+    # The replica's last lines are torchrun's report naming the rank that failed.
+    assert re.search(r"rank\s*:\s*3", proc.stderr), proc.stderr
+    assert re.search(r"exitcode\s*:\s*3", proc.stderr), proc.stderr
+
+
+def test_cancel_leaves_no_task_on_either_node(cluster: None, state_dir: Path) -> None:
+    sched = SlurmScheduler(state_dir=state_dir)
+    marker = f"distspec-cancel-{uuid.uuid4().hex}"
+    job = _submit(sched, _sleeper(marker))
+    _until(lambda: _running_everywhere(sched, job, 2), "both replicas to run")
+    _until(lambda: len(_processes_with(marker)) >= 2, "both sleepers to start")
+    sched.cancel(job)
+    status = sched.wait(job, timeout=60)
+    assert status is not None and status.state is AppState.CANCELLED, status
+    _until(lambda: not _processes_with(marker), "the tasks to be killed")
+    steps = subprocess.run(
+        ["squeue", "--noheader", "--steps", "--jobs", job],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert steps.stdout.strip() == ""
+    sched.cancel(job)  # cancelling an ended job is a no-op
+
+
+def test_requeue_on_the_signal(cluster: None, state_dir: Path) -> None:
+    sched = SlurmScheduler(state_dir=state_dir)
+    job = _submit(
+        sched, _sleeper(f"distspec-requeue-{uuid.uuid4().hex}", 1), requeue="true", time="10"
+    )
+    try:
+        _until(lambda: _running_everywhere(sched, job, 1), "the job to run")
+        # What Slurm does requeue_before seconds ahead of the time limit.
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+
+        def requeued() -> bool:
+            status = sched.describe(job)
+            assert status is not None
+            return status.num_restarts >= 1 and status.state is AppState.PENDING
+
+        _until(requeued, "the job to be requeued")
+        batch_log = next((state_dir / "slurm").glob(f"sleeper-{job}.out")).read_text()
+        assert f"requeueing job {job}" in batch_log
+    finally:
+        sched.cancel(job)
+
+
+def _short_job(sched: SlurmScheduler) -> tuple[str, AppStatus]:
+    app = AppDef(name="short", roles=(Role(name="r", entrypoint="true", num_replicas=2),))
+    job = _submit(sched, app)
+    status = sched.wait(job, timeout=120)
+    assert status is not None
+    return job, status
+
+
+def test_status_and_list_through_squeue_and_scontrol(cluster: None, state_dir: Path) -> None:
+    sched = SlurmScheduler(state_dir=state_dir)
+    sched._accounting = False  # as on a cluster without slurmdbd, whatever this one has
+    job, status = _short_job(sched)
+    assert status.state is AppState.SUCCEEDED, status.format()
+    assert [r.exit_code for r in status.roles[0].replicas] == [0, 0]
+    assert job in [a.app_id for a in sched.list()]
+
+
+def test_status_and_list_with_accounting(state_dir: Path) -> None:
+    require_slurm_cluster(accounting=True)
+    sched = SlurmScheduler(state_dir=state_dir)
+    job, status = _short_job(sched)
+    assert sched._accounting is True
+    assert status.state is AppState.SUCCEEDED, status.format()
+    # slurmdbd may lag the controller by a moment.
+    _until(lambda: job in {a.app_id for a in sched.list()}, "sacct to list the job")
+    apps = {a.app_id: a for a in sched.list()}
+    assert apps[job].state is AppState.SUCCEEDED
+
+
+def test_status_and_list_without_accounting(state_dir: Path) -> None:
+    require_slurm_cluster(accounting=False)
+    assert not cluster_has_accounting()
+    sched = SlurmScheduler(state_dir=state_dir)
+    job, status = _short_job(sched)
+    assert sched._accounting is False
+    assert status.state is AppState.SUCCEEDED, status.format()
+    apps = {a.app_id: a for a in sched.list()}
+    assert apps[job].state is AppState.SUCCEEDED
