@@ -591,6 +591,7 @@ class _JobInfo:
     restarts: int = 0
     name: str = ""
     stdout: str = ""
+    source: str = "scontrol"
 
 
 @dataclass(frozen=True, slots=True)
@@ -618,8 +619,8 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._accounting: bool | None = None
-        # (state, restarts) last reported per job: see describe().
-        self._seen: dict[str, tuple[AppState, int]] = {}
+        # (state, query) last reported per job: see describe().
+        self._seen: dict[str, tuple[AppState, str]] = {}
 
     # -- pure ------------------------------------------------------------------
 
@@ -762,7 +763,7 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
         if not latest:
             return None  # not yet in the database: ask the controller this once
         comps = tuple(latest[k] for k in sorted(latest, key=_component_order))
-        return _JobInfo(components=comps, name=name)
+        return _JobInfo(components=comps, name=name, source="sacct")
 
     def _scontrol(self, job_id: str) -> _JobInfo | None:
         argv = ["scontrol", "show", "job", "-o", job_id]
@@ -836,19 +837,23 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
         if info is None:
             return _from_files(job_id, roles, files, restarts)
         state = _combine([SLURM_STATES.get(c.state, AppState.UNKNOWN) for c in info.components])
-        # slurmdbd lags the controller by a second or so: sacct can still say PENDING
-        # after scontrol (asked while sacct had no row yet) said RUNNING. Only a requeue
-        # (a new restart count) takes a job back to PENDING.
-        last = self._seen.get(job_id)
-        if last == (AppState.RUNNING, restarts) and state is AppState.PENDING:
+        # slurmdbd lags the controller: right after submit sacct has no row (so scontrol
+        # answers, RUNNING) and then a stale PENDING one. Do not report that step back.
+        lagging = self._seen.get(job_id) == (AppState.RUNNING, "scontrol") and (
+            info.source == "sacct" and state is AppState.PENDING
+        )
+        if lagging:
             state = AppState.RUNNING
-        self._seen[job_id] = (state, restarts)
+        else:
+            self._seen[job_id] = (state, info.source)
         head = info.components[0]
-        msg = head.state + (f" ({head.reason})" if head.reason else "")
+        msg = "RUNNING" if lagging else head.state + (f" ({head.reason})" if head.reason else "")
         role_status = []
         for index, (role, count) in enumerate(roles):
             comp = info.components[index] if index < len(info.components) else head
             comp_state = SLURM_STATES.get(comp.state, AppState.UNKNOWN)
+            if lagging and comp_state is AppState.PENDING:
+                comp_state = AppState.RUNNING
             count = len(comp.nodes) if comp.nodes else count
             replicas = tuple(
                 _replica(role, i, comp_state, comp, files, restarts) for i in range(count)

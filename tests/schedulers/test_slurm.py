@@ -713,3 +713,21 @@ def test_options_dataclass_is_frozen() -> None:
         opts.partition = "x"  # type: ignore[misc]
     assert opts.gpu_flag is GpuFlag.GPUS_PER_NODE
     assert os.sep == "/"
+
+
+def test_a_requeued_job_goes_back_to_pending(
+    sched: SlurmScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    _submit(sched, fake_commands, tmp_path, _app(_role(2, 2)))
+    fake_commands.on("sacct", stdout="123|train|RUNNING|0:0|n[0-1]|None\n")
+    fake_commands.on("sacct", stdout="123|train|PENDING|0:0|None assigned|BeginTime\n")
+    (_folder(tmp_path) / "requeues").write_text("1\n")
+    first = sched.describe("123")
+    second = sched.describe("123")
+    assert first is not None and second is not None
+    assert first.state is AppState.RUNNING
+    assert (second.state, second.num_restarts, second.msg) == (
+        AppState.PENDING,
+        1,
+        "PENDING (BeginTime)",
+    )

@@ -95,15 +95,18 @@ def _submit(sched: SlurmScheduler, app: AppDef, **opts: str) -> str:
 
 
 def _running_everywhere(sched: SlurmScheduler, job: str, replicas: int) -> bool:
+    """Every replica's task has started (its .host file exists): the batch script is past
+    its traps and srun has launched."""
     status = sched.describe(job)
     assert status is not None
     if status.is_terminal:
         pytest.fail(f"job {job} ended early: {status.format()}")
-    return (
-        status.state is AppState.RUNNING
-        and all(r.hostname for r in status.roles[0].replicas)
-        and len(status.roles[0].replicas) == replicas
-    )
+    record = sched._record(job)
+    assert record is not None
+    started = [
+        Path(record.folder, f"{r.role}-{r.id}.host").exists() for r in status.roles[0].replicas
+    ]
+    return status.state is AppState.RUNNING and len(started) == replicas and all(started)
 
 
 def _processes_with(marker: str) -> list[str]:
@@ -215,7 +218,7 @@ def test_requeue_on_the_signal(cluster: None, state_dir: Path) -> None:
             assert status is not None
             return status.num_restarts >= 1 and status.state is AppState.PENDING
 
-        _until(requeued, "the job to be requeued")
+        _until(requeued, f"the job to be requeued: {sched.describe(job)}")
         batch_log = next((state_dir / "slurm").glob(f"sleeper-{job}.out")).read_text()
         assert f"requeueing job {job}" in batch_log
     finally:
