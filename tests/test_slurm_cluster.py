@@ -186,7 +186,9 @@ def test_qsub_wrapper_sets_pbs_variables(cluster: None, tmp_path: Path) -> None:
     script = tmp_path / "job.pbs"
     script.write_text('#!/bin/bash\n#PBS -N distspec-qsub\necho "$PBS_JOBID $PBS_JOBNAME"\n')
     # `#PBS -o` is overridden by the wrapper's own default; -o on the command line works.
-    proc = _run("qsub", "-l", "nodes=2:ppn=1", "-o", str(out), str(script))
+    err = tmp_path / "job.err"
+    # Without -e the wrapper writes job.pbs.e<ID> into the submitting directory.
+    proc = _run("qsub", "-l", "nodes=2:ppn=1", "-o", str(out), "-e", str(err), str(script))
     assert proc.returncode == 0, proc.stderr
     job_id = int(proc.stdout.strip())
     assert _wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED"}) == "COMPLETED"
