@@ -674,7 +674,27 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
             script.write_text(request.render())
         except OSError as e:
             raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
-        result = self._run(["sbatch", "--parsable", str(script)], "sbatch")
+        # The job inherits sbatch's environment (--export=ALL). As with local_cwd, the
+        # directory of the Python running distspec goes last on PATH, so the torchrun of
+        # its virtual environment is found even when that environment is not activated.
+        import os
+        import sys
+
+        env = dict(os.environ)
+        bin_dir = os.path.dirname(sys.executable)
+        path = env.get("PATH", "")
+        if bin_dir not in path.split(os.pathsep):
+            env["PATH"] = f"{path}{os.pathsep}{bin_dir}" if path else bin_dir
+        argv = ["sbatch", "--parsable", str(script)]
+        result = self.run_cmd(argv, env=env)
+        if result.returncode != 0:
+            raise SchedulerError(
+                "sbatch failed",
+                scheduler=NAME,
+                argv=argv,
+                returncode=result.returncode,
+                stderr=result.stderr,
+            )
         job_id = result.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise SchedulerError(
