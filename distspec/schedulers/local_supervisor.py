@@ -112,20 +112,53 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
-def _descendants(root: int, exclude: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
-    """Live (non-zombie) descendants of ``root``, not descending into ``exclude``."""
+def _children(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` from /proc/PID/task/*/children; None if unsupported."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}/children") and os.path.exists(
+                f"/proc/{pid}"
+            ):
+                return None  # kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return found
+
+
+def _descendants(root: int, exclude: set[int] | None = None) -> list[int]:
+    """Live (non-zombie) descendants of ``root``, not descending into ``exclude``.
+
+    Walks the children lists (a few reads), falling back to a scan of every process."""
+    exclude = exclude or set()
     children: dict[int, list[int]] = {}
-    table = _process_table()
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], list(children.get(root, ()))
+    if _children(root) is None:
+        for pid, (ppid, _) in _process_table().items():
+            children.setdefault(ppid, []).append(pid)
+
+    def kids(pid: int) -> list[int]:
+        if children:
+            return children.get(pid, [])
+        return _children(pid) or []
+
+    found, todo = [], list(kids(root))
     while todo:
         pid = todo.pop()
         if pid in exclude:
             continue
-        if table[pid][1] not in ("Z", "X", "x"):
+        fields = _stat_fields(pid)
+        if fields is None:
+            continue
+        if fields[0] not in ("Z", "X", "x"):
             found.append(pid)
-        todo.extend(children.get(pid, ()))
+        todo.extend(kids(pid))
     return found
 
 

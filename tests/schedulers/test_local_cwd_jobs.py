@@ -475,9 +475,14 @@ def test_sigterm_during_wait_cancels_the_job(state_dir: Path, tmp_path: Path) ->
     assert waiter.stdout is not None
     handle = waiter.stdout.readline().strip()
     run = state_dir / "local_cwd" / app_id(handle)
-    wait_until(lambda: b"started" in (run / "logs" / "sh-0.log").read_bytes(), "the job to start")
+    log = run / "logs" / "sh-0.log"
+    wait_until(lambda: log.exists() and b"started" in log.read_bytes(), "the job to start")
+    # The first progress line comes from inside the wait, where SIGTERM means cancel.
+    assert waiter.stderr is not None
+    assert "RUNNING" in waiter.stderr.readline()
     waiter.send_signal(signal.SIGTERM)
-    _, err = waiter.communicate(timeout=60)
+    err = waiter.stderr.read()
+    waiter.wait(timeout=60)
     assert waiter.returncode == 130, err
     assert f"cancelling {handle}" in err
     data = state(state_dir, handle)
