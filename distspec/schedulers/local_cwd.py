@@ -314,8 +314,15 @@ class LocalScheduler(Scheduler[LocalOptions]):
             return data
         sup.hunt(app_id)
         now = time.time()
+        msg = "supervisor died"
+        try:  # a crash (not a SIGKILL) leaves its traceback here
+            said = (self.run_dir(app_id) / "supervisor.log").read_text(errors="replace")
+        except OSError:
+            said = ""
+        if said.strip():
+            msg += f": {said.strip().splitlines()[-1][:300]}"
         data["state"] = "FAILED"
-        data["msg"] = "supervisor died"
+        data["msg"] = msg
         data["ended"] = now
         for role in data["roles"]:
             for rep in role["replicas"]:
