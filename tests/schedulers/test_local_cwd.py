@@ -280,3 +280,23 @@ def test_torchrun_root_cause_signal_and_absent() -> None:
     assert found[0] == 137
     assert "killed by SIGKILL" in found[1]
     assert torchrun_root_cause(["just a crash", "Traceback"]) is None
+
+
+def test_supervisor_starts_on_the_standard_library_alone() -> None:
+    from distspec.schedulers import local_supervisor
+
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", local_supervisor.__file__],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+    imported = {
+        line.split("|")[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "json" in imported
+    heavy = {"torch", "site", "subprocess", "distspec", "pathlib", "ctypes"} & imported
+    assert not heavy, f"the supervisor imports {heavy}"
