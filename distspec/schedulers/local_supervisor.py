@@ -4,7 +4,9 @@ with :mod:`distspec.schedulers.local_cwd`.
 Run as ``python -S .../local_supervisor.py RUN_DIR``: it reads ``RUN_DIR/plan.json``,
 starts every replica, writes ``RUN_DIR/state.json`` (atomically, on every change)
 and exits when the run has ended and nothing of it is left alive. It imports only
-the standard library (and not even ``site``), so it starts in a few milliseconds.
+the standard library (and not even ``site``), so it starts in a few milliseconds;
+that is also why it is one self-contained file: without ``site`` the rest of
+distspec is not importable from it.
 
 Process tree of a run::
 
