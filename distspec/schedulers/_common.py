@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from distspec.errors import CompileError
 from distspec.schedulers.api import Capabilities
@@ -23,8 +24,10 @@ __all__ = [
     "check_capabilities",
     "filter_lines",
     "log_file_name",
+    "read_log_lines",
     "shell_join",
     "shell_word",
+    "submit_env",
     "substitute_role",
 ]
 
@@ -147,3 +150,64 @@ def filter_lines(
     from collections import deque
 
     yield from deque(selected, maxlen=tail)
+
+
+def submit_env(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` (the submitter's environment) with the running Python's bin directory
+    appended to ``PATH``, so a job that inherits it finds the ``torchrun`` of distspec's
+    virtual environment even when that environment is not activated; a ``torchrun``
+    earlier on ``PATH`` still wins."""
+    import os
+    import sys
+
+    env = dict(base)
+    bin_dir = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        env["PATH"] = f"{path}{os.pathsep}{bin_dir}" if path else bin_dir
+    return env
+
+
+def read_log_lines(
+    path: Path, *, follow: bool, ended: Callable[[], bool], poll: float = 0.5
+) -> Iterator[str]:
+    """The lines of a log file the job writes (without newlines).
+
+    Without ``follow``: what is there now (nothing if the file does not exist yet).
+    With ``follow``: wait for the file, then keep reading until ``ended()`` returns
+    True, with one last pass for what was written before the end.
+    """
+    import time
+
+    if not follow:
+        if not path.exists():
+            return
+        with path.open(errors="replace") as f:
+            for line in f:
+                yield line.rstrip("\n")
+        return
+    while not path.exists():
+        if ended():
+            if path.exists():
+                break
+            return
+        time.sleep(poll)
+    with path.open(errors="replace") as f:
+        partial = ""
+        done = False
+        while True:
+            chunk = f.readline()
+            if chunk:
+                partial += chunk
+                if partial.endswith("\n"):
+                    yield partial.rstrip("\n")
+                    partial = ""
+                continue
+            if done:
+                if partial:
+                    yield partial
+                return
+            if ended():
+                done = True
+                continue
+            time.sleep(poll)

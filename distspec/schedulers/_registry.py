@@ -23,6 +23,7 @@ ENTRY_POINT_GROUP = "distspec.schedulers"
 BUILTIN_SCHEDULERS: Mapping[str, str] = {
     "local_cwd": "distspec.schedulers.local_cwd:LocalScheduler",
     "slurm": "distspec.schedulers.slurm:SlurmScheduler",
+    "pbs": "distspec.schedulers.pbs:PbsScheduler",
     "kubernetes": "distspec.schedulers.kubernetes:KubernetesScheduler",
 }
 
