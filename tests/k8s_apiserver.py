@@ -3,7 +3,7 @@
 `require_apiserver()` returns the path of a kubeconfig for the official Python
 client, starting etcd, kube-apiserver and kube-controller-manager on 127.0.0.1
 first if needed. It skips the calling test when the binaries have not been
-built (`scripts/k8s-apiserver build`, ~5 min once). A control plane this
+built (`scripts/k8s-apiserver build`, 8+ min once). A control plane this
 process started is stopped when the process exits; one that was already
 running is left alone.
 
