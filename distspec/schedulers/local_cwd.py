@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from distspec.errors import SchedulerError, UsageError
-from distspec.schedulers._common import check_capabilities, log_file_name
+from distspec.schedulers._common import check_capabilities, log_file_name, submit_env
 from distspec.schedulers.api import (
     SCRIPT_METADATA,
     AppSummary,
@@ -234,13 +234,9 @@ class LocalScheduler(Scheduler[LocalOptions]):
         for name, text in request.files.items():
             (run_dir / name).write_text(text)
 
-        env = dict(os.environ)
         # Replicas find the programs of the interpreter distspec runs in (its venv's
         # torchrun), even when that venv is not activated; the user's PATH comes first.
-        bindir = os.path.dirname(sys.executable)
-        path = env.get("PATH", "")
-        if bindir and bindir not in path.split(os.pathsep):
-            env["PATH"] = f"{path}{os.pathsep}{bindir}" if path else bindir
+        env = submit_env(os.environ)
         env[sup.APP_ID_ENV] = request.app_id
         ready_r, ready_w = os.pipe()
         argv = [
