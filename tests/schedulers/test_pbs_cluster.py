@@ -1,0 +1,176 @@
+"""The PBS backend through Slurm's PBS wrappers (qsub/qstat/qdel, Debian slurm-wlm-torque)
+on the local two-node cluster (scripts/slurm-cluster).
+
+This is not a PBS server: the wrappers translate to sbatch/squeue/scancel, set no
+PBS_NODEFILE (the script falls back to their generate_pbs_nodefile), report no exit
+status, and have no pbsdsh. Their ``mpiexec`` is a wrapper around ``srun``, so the
+multi-node test below runs the ``launcher=mpiexec`` path for real, with the rank from
+``SLURM_PROCID`` rather than an MPI's PMI_RANK. The ``pbsdsh`` path is covered only
+by tests/schedulers/test_pbs.py (a fake pbsdsh).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from distspec.schedulers.pbs import PbsScheduler
+from distspec.specs import AppDef, AppState, Role
+from tests.slurm_cluster import require_slurm_cluster
+
+pytestmark = pytest.mark.slurm
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """Where qsub runs: an empty folder, so nothing lands in the repository."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def sched(state_dir: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> PbsScheduler:
+    require_slurm_cluster()
+    if shutil.which("qsub") is None:
+        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
+    monkeypatch.chdir(workdir)
+    return PbsScheduler(state_dir=state_dir)
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def _run(sched: PbsScheduler, app: AppDef, **opts: str) -> str:
+    request = sched.compile(
+        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}"
+    )
+    return sched.submit(request)
+
+
+def _bash(name: str, script: str, *args: str, nodes: int = 1) -> AppDef:
+    return AppDef(
+        name=name,
+        roles=(
+            Role(name="r", entrypoint="bash", args=("-c", script, "x", *args), num_replicas=nodes),
+        ),
+    )
+
+
+def test_one_node_job_succeeds_with_its_logs(sched: PbsScheduler, workdir: Path) -> None:
+    app = _bash(
+        "hello",
+        'echo "replica $1 of $2 app $3 rank0 $4 in $PWD"; echo "to stderr" >&2',
+        "${replica_id}",
+        "${num_replicas}",
+        "${app_id}",
+        "${rank0_host}",
+    )
+    job = _run(sched, app)
+    status = sched.wait(job, timeout=60)
+    assert status is not None and status.state is AppState.SUCCEEDED, status
+    replica = status.roles[0].replicas[0]
+    assert (replica.exit_code, replica.state) == (0, AppState.SUCCEEDED)
+    assert re.fullmatch(r"n[01]", replica.hostname), replica
+    lines = list(sched.log_iter(job, "r", 0))
+    # The job ran where qsub ran ($PBS_O_WORKDIR), not in $HOME.
+    assert lines == [f"replica 0 of 1 app {job} rank0 {replica.hostname} in {workdir}", "to stderr"]
+    assert list(workdir.iterdir()) == []  # no job.pbs.e*/.o* from the wrapper's qsub
+
+
+def test_a_failing_job_is_failed_with_its_exit_code(sched: PbsScheduler) -> None:
+    job = _run(sched, _bash("fails", "echo about to fail; exit 7"))
+    status = sched.wait(job, timeout=60)
+    assert status is not None and status.state is AppState.FAILED, status
+    failed = status.first_failure()
+    assert failed is not None and failed.exit_code == 7
+    assert "exit status 7" in status.msg
+    assert list(sched.log_iter(job, "r", 0)) == ["about to fail"]
+
+
+def test_qdel_cancels_a_running_job(sched: PbsScheduler) -> None:
+    marker = f"distspec-pbs-{uuid.uuid4().hex}"
+    job = _run(sched, _bash("sleeper", 'echo started; exec -a "$1" sleep 300', marker))
+    record = sched._record(job)
+    assert record is not None
+    _until(lambda: Path(record.folder, "r-0.host").exists(), "the replica to start")
+    sched.cancel(job)
+    status = sched.wait(job, timeout=60)
+    assert status is not None and status.state is AppState.CANCELLED, status
+
+    def gone() -> bool:
+        ps = subprocess.run(
+            ["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=False
+        )
+        return not [
+            line for line in ps.stdout.splitlines() if marker in line and not line.startswith("Z")
+        ]
+
+    _until(gone, "the sleeper to be killed")
+    # The script's TERM trap saw the signal, so even a qdel from outside distspec
+    # (no cancel marker in this state dir) reads as cancelled.
+    assert Path(record.folder, "signal").read_text().strip() == "TERM"
+    sched.cancel(job)  # cancelling an ended job is a no-op
+
+
+def test_two_nodes_through_the_wrappers_mpiexec(sched: PbsScheduler) -> None:
+    app = _bash(
+        "two",
+        'echo "replica $1 on $(hostname) rank0 $2"; exit $(( $1 == 1 ? 5 : 0 ))',
+        "${replica_id}",
+        "${rank0_host}",
+        nodes=2,
+    )
+    # The wrapper's mpiexec takes no --ppn; srun places one task per node here.
+    job = _run(sched, app, launcher="mpiexec", mpiexec_args="")
+    status = sched.wait(job, timeout=60)
+    assert status is not None and status.state is AppState.FAILED, status
+    replicas = status.roles[0].replicas
+    assert [(r.exit_code, r.hostname) for r in replicas] == [(0, "n0"), (5, "n1")]
+    assert list(sched.log_iter(job, "r", 1)) == ["replica 1 on n1 rank0 n0"]
+
+
+def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
+    require_slurm_cluster()
+    if shutil.which("qsub") is None:
+        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    run = subprocess.run(
+        [str(BIN / "distspec"), "run", "-s", "pbs", "--wait", "utils.sh", "echo", "hi from pbs"],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    handle = re.search(r"pbs://\S+", run.stdout)
+    assert handle, run.stdout
+    logs = subprocess.run(
+        [str(BIN / "distspec"), "log", handle.group(0)],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "hi from pbs" in logs.stdout, logs.stdout + logs.stderr
+    assert list(workdir.iterdir()) == []
