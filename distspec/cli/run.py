@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,30 +107,43 @@ def main(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(request.render())
         return 0
-    handle = runner.submit(request)
     if not args.wait:
+        handle = runner.submit(request)
         if args.json:
             print_json({"handle": handle.format()})
         else:
             print(handle)
         return 0
-    print(handle, file=sys.stderr if args.json else sys.stdout, flush=True)
-    status = follow(runner, handle)
+    # SIGTERM must cancel the job from the moment it exists, so the handler goes in
+    # before submit rather than after the handle is printed.
+    with _term_as_interrupt():
+        handle = runner.submit(request)
+        print(handle, file=sys.stderr if args.json else sys.stdout, flush=True)
+        status = follow(runner, handle)
     if args.json:
         print_json({"handle": handle.format(), "status": status.to_dict()})
     return exit_code(runner, handle, status)
 
 
-def follow(runner: Runner, handle: AppHandle) -> AppStatus:
-    """Wait for the job, showing progress; Ctrl-C or SIGTERM cancels it."""
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt for the duration, so both cancel the same way."""
     import signal
-
-    display = _Display(sys.stderr)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def follow(runner: Runner, handle: AppHandle) -> AppStatus:
+    """Wait for the job, showing progress; an interrupt (Ctrl-C, or SIGTERM under
+    :func:`_term_as_interrupt`) cancels it and is re-raised."""
+    display = _Display(sys.stderr)
     try:
         status = runner.wait(handle, on_status=display.update)
     except KeyboardInterrupt:
@@ -136,8 +151,6 @@ def follow(runner: Runner, handle: AppHandle) -> AppStatus:
         print(f"distspec: cancelling {handle}", file=sys.stderr)
         runner.cancel(handle)
         raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     display.update(status)
     display.finish()
     return status
