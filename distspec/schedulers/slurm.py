@@ -26,7 +26,6 @@ from __future__ import annotations
 import enum
 import json
 import re
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +37,10 @@ from distspec.schedulers._common import (
     ShellExpr,
     check_capabilities,
     log_file_name,
+    read_log_lines,
     shell_join,
     shell_word,
+    submit_env,
 )
 from distspec.schedulers.api import AppSummary, Capabilities, CommandResult, Request, Scheduler
 from distspec.specs.app import AppDef, RetryPolicy, Role
@@ -674,19 +675,12 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
             script.write_text(request.render())
         except OSError as e:
             raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
-        # The job inherits sbatch's environment (--export=ALL). As with local_cwd, the
-        # directory of the Python running distspec goes last on PATH, so the torchrun of
-        # its virtual environment is found even when that environment is not activated.
+        # The job inherits sbatch's environment (--export=ALL), with distspec's own
+        # bin directory last on PATH (its torchrun).
         import os
-        import sys
 
-        env = dict(os.environ)
-        bin_dir = os.path.dirname(sys.executable)
-        path = env.get("PATH", "")
-        if bin_dir not in path.split(os.pathsep):
-            env["PATH"] = f"{path}{os.pathsep}{bin_dir}" if path else bin_dir
         argv = ["sbatch", "--parsable", str(script)]
-        result = self.run_cmd(argv, env=env)
+        result = self.run_cmd(argv, env=submit_env(os.environ))
         if result.returncode != 0:
             raise SchedulerError(
                 "sbatch failed",
@@ -912,7 +906,7 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
                 scheduler=NAME,
             )
         path = folder / log_file_name(role, replica)
-        return _read_lines(path, follow=follow, ended=lambda: self._ended(job_id))
+        return read_log_lines(path, follow=follow, ended=lambda: self._ended(job_id))
 
     def _ended(self, job_id: str) -> bool:
         status = self.describe(job_id)
@@ -1097,39 +1091,3 @@ def _from_files(
         num_restarts=attempt,
         roles=tuple(role_status),
     )
-
-
-def _read_lines(path: Path, *, follow: bool, ended: Any) -> Iterator[str]:
-    """The file's lines; with ``follow``, keep reading until ``ended()`` and no more data."""
-    if not follow:
-        if not path.exists():
-            return
-        with path.open(errors="replace") as f:
-            for line in f:
-                yield line.rstrip("\n")
-        return
-    while not path.exists():
-        if ended():
-            if path.exists():
-                break
-            return
-        time.sleep(0.5)
-    with path.open(errors="replace") as f:
-        partial = ""
-        done = False
-        while True:
-            chunk = f.readline()
-            if chunk:
-                partial += chunk
-                if partial.endswith("\n"):
-                    yield partial.rstrip("\n")
-                    partial = ""
-                continue
-            if done:
-                if partial:
-                    yield partial
-                return
-            if ended():
-                done = True  # one more pass for what was written before the end
-                continue
-            time.sleep(0.5)
