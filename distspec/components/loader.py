@@ -218,7 +218,7 @@ def _import_module(module_name: str) -> ModuleType:
     except ModuleNotFoundError as e:
         # `python -m` puts the working directory on sys.path, the console script does not:
         # look there too, as a user running from their project expects.
-        top = module_name.split(".")[0]
+        top = module_name.split(".", 1)[0]
         cwd = os.getcwd()
         here = os.path.isdir(os.path.join(cwd, top)) or os.path.isfile(
             os.path.join(cwd, top + ".py")

@@ -25,6 +25,7 @@ def distspec(
         cwd=cwd or REPO,
         env=full_env,
         timeout=60,
+        check=False,
     )
 
 
@@ -39,7 +40,12 @@ def loaded_modules(*args: str, cwd: Path | None = None) -> tuple[set[str], str]:
         "sys.exit(code)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd or REPO, timeout=60
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     line = next(line for line in proc.stderr.splitlines() if line.startswith("MODULES="))
@@ -145,9 +151,7 @@ def test_dry_run_imports_only_its_backend(scheduler: str, extra: list[str]) -> N
     assert backends(modules) <= {scheduler, f"{scheduler}_manifest"}, backends(modules)
     allowed = {"yaml"} if scheduler == "kubernetes" else set()
     assert {m.split(".")[0] for m in heavy(modules)} <= allowed, heavy(modules)
-    assert (
-        "subprocess" not in modules or scheduler != "slurm" or True
-    )  # compile is pure; see the slurm tests
+    assert ()  # compile is pure; see the slurm tests
 
 
 def test_component_help_lists_every_parameter() -> None:
@@ -197,7 +201,9 @@ def test_dry_run_output_dir_and_json(tmp_path: Path, state_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     written = sorted(p.name for p in out.iterdir())
     assert "submit.sh" in written and len(written) >= 2
-    check = subprocess.run(["bash", "-n", str(out / "submit.sh")], capture_output=True, text=True)
+    check = subprocess.run(
+        ["bash", "-n", str(out / "submit.sh")], capture_output=True, text=True, check=False
+    )
     assert check.returncode == 0, check.stderr
     proc = distspec(
         "run", "--dryrun", "--json", "-s", "slurm", "dist.ddp", "-j", "2x2", "--script", "main.py"
