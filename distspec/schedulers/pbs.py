@@ -32,24 +32,36 @@ job folder when PBS has forgotten the job.
 from __future__ import annotations
 
 import enum
-import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.schedulers._batch import (
+    BatchScheduler,
+    JobRecord,
+    attempt_loop,
+    check_job_dir,
+    check_rank0_host,
+    exit_code,
+    parse_int,
+    rank0_host_word,
+    read_job_folder,
+    replica_host,
+    replica_state,
+    role_function,
+    safe_app_id,
+    task_function,
+)
 from distspec.schedulers._common import (
     MacroValues,
     ShellExpr,
     check_capabilities,
-    log_file_name,
-    read_log_lines,
-    shell_join,
     shell_word,
     submit_env,
 )
-from distspec.schedulers.api import AppSummary, Capabilities, CommandResult, Request, Scheduler
+from distspec.schedulers.api import AppSummary, Capabilities, Request
 from distspec.specs.app import AppDef, RetryPolicy, Role
 from distspec.specs.frozen import FrozenDict
 from distspec.specs.macros import Macro
@@ -263,8 +275,7 @@ def _check_options(opts: PbsOptions) -> None:
         raise _bad(f"depend={opts.depend!r}: expected TYPE:JOBID[:JOBID...], e.g. afterok:1234")
     if opts.job_name_max < 1:
         raise _bad(f"job_name_max={opts.job_name_max}: must be at least 1")
-    if opts.rank0_host.count("{host}") != 1:
-        raise _bad(f"rank0_host={opts.rank0_host!r}: the template must contain {{host}} once")
+    check_rank0_host(opts.rank0_host, NAME)
     for arg in opts.mpiexec_args:
         if any(c in arg for c in "\n\r\x00"):
             raise _bad(f"mpiexec_args: {arg!r} contains a line break")
@@ -278,8 +289,7 @@ def _check_options(opts: PbsOptions) -> None:
 
 
 def _check_job_dir(job_dir: str) -> None:
-    if not job_dir.startswith("/"):
-        raise _bad(f"job_dir={job_dir!r} must be an absolute path (logs are read from any cwd)")
+    check_job_dir(job_dir, NAME)
     if not _JOB_DIR.match(job_dir):
         raise _bad(
             f"job_dir={job_dir!r}: PBS output paths may hold only letters, digits and _./+@=,~- "
@@ -373,37 +383,28 @@ def _macro_values(role: Role) -> MacroValues:
     }
 
 
-def _role_function(role: Role) -> str:
-    values = _macro_values(role)
-    lines = [f"distspec_role() {{  # role {role.name}"]
-    for key, value in role.env.items():
-        lines.append(f"  export {key}={shell_word(value, values)}")
-    lines.append("  " + shell_join([role.entrypoint, *role.args], values))
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+def _task(role: Role) -> str:
+    return (
+        "# One replica. $1 is its id (pbsdsh, direct), or empty: then the MPI launcher's rank\n"
+        "# (MPICH/Intel MPI: PMI_RANK, Cray PALS: PALS_RANKID, Open MPI: OMPI_COMM_WORLD_RANK,\n"
+        "# PMIx: PMIX_RANK, Slurm's mpiexec wrapper: SLURM_PROCID). It runs in its own bash on\n"
+        "# its host, logs beside the others and records its host and exit code there.\n"
+    ) + task_function(
+        setup=[
+            "local id=${1:-${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-"
+            "${SLURM_PROCID:-}}}}}}",
+            "if [[ -z $id ]]; then",
+            '  echo "distspec: no replica id: the launcher set none of PMI_RANK, PALS_RANKID, '
+            'OMPI_COMM_WORLD_RANK, PMIX_RANK" >&2',
+            "  return 1",
+            "fi",
+            "export DISTSPEC_REPLICA_ID=$id",
+        ],
+        base='"$DISTSPEC_JOB_DIR"/' + shell_word(role.name, {}) + "-$id",
+        host="hostname",
+        run=['cd "$DISTSPEC_WORKDIR" || return 1', 'distspec_role >> "$base.log" 2>&1 < /dev/null'],
+    )
 
-
-_TASK = """\
-# One replica. $1 is its id (pbsdsh, direct), or empty: then the MPI launcher's rank
-# (MPICH/Intel MPI: PMI_RANK, Cray PALS: PALS_RANKID, Open MPI: OMPI_COMM_WORLD_RANK,
-# PMIx: PMIX_RANK, Slurm's mpiexec wrapper: SLURM_PROCID). It runs in its own bash on
-# its host, logs beside the others and records its host and exit code there.
-distspec_task() {{
-  local id=${{1:-${{PMI_RANK:-${{PALS_RANKID:-${{OMPI_COMM_WORLD_RANK:-${{PMIX_RANK:-${{SLURM_PROCID:-}}}}}}}}}}}}
-  if [[ -z $id ]]; then
-    echo "distspec: no replica id: the launcher set none of PMI_RANK, PALS_RANKID, OMPI_COMM_WORLD_RANK, PMIX_RANK" >&2
-    return 1
-  fi
-  export DISTSPEC_REPLICA_ID=$id
-  local base="$DISTSPEC_JOB_DIR"/{role}-$id
-  hostname > "$base.host"
-  cd "$DISTSPEC_WORKDIR" || return 1
-  distspec_role >> "$base.log" 2>&1 < /dev/null
-  local code=$?
-  echo "$code" > "$base.exit"
-  return "$code"
-}}
-"""
 
 _WAIT = """\
 # Waits for the $1 launcher processes started in the background and returns 0, or the
@@ -514,19 +515,14 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "  exit 1",
         "fi",
     ]
-    prefix, _, suffix = opts.rank0_host.partition("{host}")
-    host = (
-        (shell_word(prefix, {}) if prefix else "")
-        + '"${distspec_hosts[0]}"'
-        + (shell_word(suffix, {}) if suffix else "")
-    )
+    host = rank0_host_word(opts.rank0_host, '"${distspec_hosts[0]}"')
     out += [
         "# The rendezvous host: the first host of the nodefile, where rank 0 runs.",
         f"export DISTSPEC_RANK0_HOST={host}",
         "",
         "# The role's command, run by every task: $DISTSPEC_REPLICA_ID is the task's own id.",
-        _role_function(role),
-        _TASK.format(role=shell_word(role.name, {})),
+        role_function("distspec_role", role, _macro_values(role)),
+        _task(role),
         "# The task file every host runs (the spooled script is only on this host).",
         'export DISTSPEC_TASK="$DISTSPEC_JOB_DIR/task.sh"',
         "{",
@@ -542,10 +538,8 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "# A failed attempt is retried max_retries times; each attempt clears the previous",
         "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
         "# files decide the script's exit code.",
-        "distspec_attempt=0",
-        "while :; do",
-        '  rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
-        '  echo "$distspec_attempt" > "$DISTSPEC_JOB_DIR/attempt"',
+    ]
+    attempt = [
         *_launch_lines(role, opts),
         '  distspec_wait "$distspec_started"',
         "  distspec_code=$?",
@@ -563,12 +557,8 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         '    echo "distspec: $distspec_missing replica(s) recorded no exit code" >&2',
         "    (( distspec_code == 0 )) && distspec_code=1",
         "  fi",
-        f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
-        "  distspec_attempt=$((distspec_attempt + 1))",
-        f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
-        "done",
-        'exit "$distspec_code"',
     ]
+    out += attempt_loop(attempt, retries)
     return "\n".join(out) + "\n"
 
 
@@ -641,21 +631,10 @@ class _JobInfo:
     output_path: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """What submit wrote down about a job, so that describe and log work from any cwd."""
-
-    job_id: str
-    app_id: str
-    app: str
-    folder: str
-    roles: tuple[tuple[str, int], ...] = field(default=())
-
-
 # -- the scheduler ------------------------------------------------------------
 
 
-class PbsScheduler(Scheduler[PbsOptions]):
+class PbsScheduler(BatchScheduler[PbsOptions]):
     """qsub / pbsdsh or mpiexec / qstat / qdel."""
 
     name = NAME
@@ -664,20 +643,17 @@ class PbsScheduler(Scheduler[PbsOptions]):
         mount_kinds=frozenset(), elastic=False, multi_role=False, shared_files=True
     )
     max_poll_interval = 1.0
+    label = "PBS"
+    no_since = "pbs: --since is not supported (the log lines carry no times)"
+    # Slurm's qsub wrapper reports sbatch's errors on stdout.
+    errors_on_stdout = True
 
     # -- pure ------------------------------------------------------------------
-
-    def _job_dir(self, opts: PbsOptions) -> str:
-        if opts.job_dir:
-            return opts.job_dir
-        if self._state_dir is None:
-            raise _bad("no job_dir: set -cfg job_dir=/shared/absolute/dir")
-        return str(Path(self._state_dir) / "pbs")
 
     def compile(self, app: AppDef, opts: PbsOptions, *, app_id: str) -> Request:
         """One qsub script; ``argv`` submits it by hand from the folder it is written to."""
         check_capabilities(app, self.capabilities, NAME)
-        safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", app_id)
+        safe_id = safe_app_id(app_id)
         job_dir = self._job_dir(opts)
         script = compile_script(app, opts, app_id=safe_id, job_dir=job_dir)
         main = f"{safe_id}.pbs"
@@ -694,34 +670,12 @@ class PbsScheduler(Scheduler[PbsOptions]):
 
     # -- effectful -------------------------------------------------------------
 
-    def _run(self, argv: Sequence[str], what: str, *, ok: bool = True) -> CommandResult:
-        result = self.run_cmd(argv)
-        if ok and result.returncode != 0:
-            raise SchedulerError(
-                f"{what} failed",
-                scheduler=NAME,
-                argv=argv,
-                returncode=result.returncode,
-                stderr=result.stderr or result.stdout,
-            )
-        return result
-
-    def _records(self) -> Path | None:
-        return None if self._state_dir is None else Path(self._state_dir) / "pbs" / "jobs"
-
     def submit(self, request: Request) -> str:
         """Write the script into ``job_dir`` and qsub it from the current directory
         (the job's ``$PBS_O_WORKDIR``); returns the job id qsub prints."""
         import os
 
-        opts: PbsOptions = request.options
-        job_dir = Path(self._job_dir(opts))
-        try:
-            job_dir.mkdir(parents=True, exist_ok=True)
-            script = job_dir / request.main_file
-            script.write_text(request.render())
-        except OSError as e:
-            raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
+        script = self._write_script(request)
         # An explicit -o and -j oe on the command line: Slurm's qsub wrapper ignores
         # #PBS -o and, without -j, writes <name>.e<id> into the current directory.
         argv = ["qsub", *request.argv[1:-1], str(script)]
@@ -742,39 +696,11 @@ class PbsScheduler(Scheduler[PbsOptions]):
                     if line.strip(" '")
                 ),
             )
-        records = self._records()
-        if records is not None:
-            app = request.app
-            folder = f"{str(job_dir).rstrip('/')}/{Path(request.main_file).stem}"
-            record = {
-                "job_id": job_id,
-                "app_id": request.app_id,
-                "app": app.name,
-                "folder": folder,
-                "roles": [[r.name, r.num_replicas] for r in app.roles],
-            }
-            records.mkdir(parents=True, exist_ok=True)
-            (records / f"{job_id}.json").write_text(json.dumps(record))
+        folder = f"{str(script.parent).rstrip('/')}/{script.stem}"
+        self._save_record(request, job_id, folder)
         return job_id
 
-    def _record(self, job_id: str) -> _Record | None:
-        records = self._records()
-        if records is None:
-            return None
-        try:
-            data = json.loads((records / f"{job_id}.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return _Record(
-            job_id=job_id,
-            app_id=data["app_id"],
-            app=data["app"],
-            folder=data["folder"],
-            roles=tuple((str(n), int(c)) for n, c in data["roles"]),
-        )
-
-    @staticmethod
-    def _check_id(app_id: str) -> str:
+    def _check_id(self, app_id: str) -> str:
         if not _JOB_ID.match(app_id):
             raise UsageError(f"pbs app ids are job ids such as 1234 or 1234.server, got {app_id!r}")
         return app_id
@@ -813,7 +739,7 @@ class PbsScheduler(Scheduler[PbsOptions]):
             output_path=attrs.get("Output_Path", ""),
         )
 
-    def _folder(self, record: _Record | None, info: _JobInfo | None) -> Path | None:
+    def _folder(self, record: JobRecord | None, info: _JobInfo | None) -> Path | None:
         if record is not None:
             return Path(record.folder)
         if info is not None and info.output_path.endswith(".out"):
@@ -821,6 +747,9 @@ class PbsScheduler(Scheduler[PbsOptions]):
             path = info.output_path.partition(":")[2] or info.output_path
             return Path(path.removesuffix(".out"))
         return None
+
+    def _queried_folder(self, job_id: str) -> Path | None:
+        return self._folder(None, self._qstat(job_id))
 
     def _cancelled_marker(self, job_id: str) -> Path | None:
         records = self._records()
@@ -832,7 +761,7 @@ class PbsScheduler(Scheduler[PbsOptions]):
         info = self._qstat(job_id)
         if info is None and record is None:
             return None
-        files = _read_folder(self._folder(record, info))
+        files = read_job_folder(self._folder(record, info))
         marker = self._cancelled_marker(job_id)
         cancelled = marker is not None and marker.exists()
         if record is not None:
@@ -840,7 +769,7 @@ class PbsScheduler(Scheduler[PbsOptions]):
         else:
             assert info is not None
             roles = [(info.name or "app", max(1, len(info.hosts)))]
-        restarts = _int(files.get("attempt")) or 0
+        restarts = parse_int(files.get("attempt")) or 0
 
         if info is None or info.state in _FINISHED:
             exit_status = None if info is None else info.exit_status
@@ -860,38 +789,6 @@ class PbsScheduler(Scheduler[PbsOptions]):
             )
             role_status.append(RoleStatus(role=role, replicas=replicas))
         return AppStatus(state=state, msg=msg, num_restarts=restarts, roles=tuple(role_status))
-
-    # logs ------------------------------------------------------------------------
-
-    def log_iter(
-        self,
-        app_id: str,
-        role: str,
-        replica: int,
-        *,
-        since: float | None = None,
-        follow: bool = False,
-    ) -> Iterator[str]:
-        """Lines of ``<job folder>/<role>-<replica>.log``; ``since`` is not supported
-        (the files carry no per-line times)."""
-        if since is not None:
-            raise UsageError("pbs: --since is not supported (the log lines carry no times)")
-        job_id = self._check_id(app_id)
-        record = self._record(job_id)
-        info = None if record is not None else self._qstat(job_id)
-        folder = self._folder(record, info)
-        if folder is None:
-            raise SchedulerError(
-                f"cannot find the log folder of job {job_id}: it was not submitted from this "
-                "state dir and PBS no longer shows it",
-                scheduler=NAME,
-            )
-        path = folder / log_file_name(role, replica)
-        return read_log_lines(path, follow=follow, ended=lambda: self._ended(job_id))
-
-    def _ended(self, job_id: str) -> bool:
-        status = self.describe(job_id)
-        return status is None or status.is_terminal
 
     # cancel, list ----------------------------------------------------------------
 
@@ -947,7 +844,7 @@ class PbsScheduler(Scheduler[PbsOptions]):
                     state = AppState.UNKNOWN
                 else:
                     marker = self._cancelled_marker(job_id)
-                    files = _read_folder(Path(record.folder))
+                    files = read_job_folder(Path(record.folder))
                     state = _finished(None, files, marker is not None and marker.exists())[0]
             else:
                 state = PBS_STATES.get(letter, AppState.UNKNOWN)
@@ -965,28 +862,6 @@ class PbsScheduler(Scheduler[PbsOptions]):
 def _sort_key(job_id: str) -> int:
     digits = re.match(r"\d+", job_id)
     return int(digits.group(0)) if digits else 0
-
-
-def _read_folder(folder: Path | None) -> dict[str, str]:
-    """``{file name: stripped text}`` of the small status files in the job folder."""
-    if folder is None:
-        return {}
-    out: dict[str, str] = {}
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return out
-    for path in entries:
-        if path.suffix in {".exit", ".host"} or path.name in {"attempt", "exit", "signal"}:
-            try:
-                out[path.name] = path.read_text().strip()
-            except OSError:
-                continue
-    return out
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text and re.fullmatch(r"-?\d+", text) else None
 
 
 def _finished(
@@ -1008,7 +883,7 @@ def _finished(
             # PBS reports 256 + N when the script itself was killed by signal N.
             return AppState.CANCELLED, f"killed by {_signal_name(exit_status - 256)}"
         return AppState.FAILED, f"exit status {exit_status}"
-    code = _int(files.get("exit"))
+    code = parse_int(files.get("exit"))
     if code == 0:
         return AppState.SUCCEEDED, "finished"
     if code is not None:
@@ -1027,24 +902,19 @@ def _replica(
     restarts: int,
     msg: str,
 ) -> ReplicaStatus:
-    code = _int(files.get(f"{role}-{i}.exit"))
-    host = files.get(f"{role}-{i}.host", "") or (hosts[i] if i < len(hosts) else "")
-    reason = ""
-    if code is None:
-        state = job_state
-        if job_state in (AppState.FAILED, AppState.CANCELLED):
-            reason = msg
-    elif code == 0:
-        state = AppState.SUCCEEDED
-    elif job_state is AppState.CANCELLED and code > 128:
-        state, reason = AppState.CANCELLED, msg  # killed by the job's end, not on its own
+    code = exit_code(files, role, i)
+    state = replica_state(code, job_state)
+    if code is not None and state is AppState.FAILED:
+        reason = f"exited with {code}"
+    elif state in (AppState.FAILED, AppState.CANCELLED):
+        reason = msg  # the job's end decided it
     else:
-        state, reason = AppState.FAILED, f"exited with {code}"
+        reason = ""
     return ReplicaStatus(
         role=role,
         id=i,
         state=state,
-        hostname=host,
+        hostname=replica_host(files, role, i, hosts),
         exit_code=code,
         reason=reason,
         restarts=restarts,

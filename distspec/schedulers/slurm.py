@@ -24,25 +24,37 @@ MinJobAge) it falls back to what the job folder recorded.
 from __future__ import annotations
 
 import enum
-import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.schedulers._batch import (
+    BatchScheduler,
+    JobRecord,
+    attempt_loop,
+    check_job_dir,
+    check_rank0_host,
+    exit_code,
+    rank0_host_word,
+    read_job_folder,
+    replica_host,
+    replica_state,
+    role_function,
+    safe_app_id,
+    task_function,
+)
 from distspec.schedulers._common import (
     MacroValues,
     ShellExpr,
     check_capabilities,
     log_file_name,
-    read_log_lines,
-    shell_join,
     shell_word,
     submit_env,
 )
-from distspec.schedulers.api import AppSummary, Capabilities, CommandResult, Request, Scheduler
+from distspec.schedulers.api import AppSummary, Capabilities, Request
 from distspec.specs.app import AppDef, RetryPolicy, Role
 from distspec.specs.frozen import FrozenDict
 from distspec.specs.macros import Macro
@@ -254,15 +266,13 @@ def _check_options(opts: SlurmOptions) -> None:
         raise _bad(f"requeue_signal={opts.requeue_signal!r}: not a signal name or number")
     if opts.requeue_before < 0 or opts.requeue_before > 65535:
         raise _bad(f"requeue_before={opts.requeue_before}: expected 0..65535 seconds")
-    if opts.rank0_host.count("{host}") != 1:
-        raise _bad(f"rank0_host={opts.rank0_host!r}: the template must contain {{host}} once")
+    check_rank0_host(opts.rank0_host, NAME)
     _check_flags(opts.sbatch_args, _SBATCH_OWN, "sbatch_args")
     _check_flags(opts.srun_args, _SRUN_OWN, "srun_args")
 
 
 def _check_job_dir(job_dir: str) -> None:
-    if not job_dir.startswith("/"):
-        raise _bad(f"job_dir={job_dir!r} must be an absolute path (logs are read from any cwd)")
+    check_job_dir(job_dir, NAME)
     # Slurm expands %-patterns in log paths and ignores all of them after a backslash.
     if any(c in job_dir for c in "%\\\n\r"):
         raise _bad(f"job_dir={job_dir!r}: Slurm log paths cannot contain %, \\ or a line break")
@@ -341,18 +351,18 @@ def _directive(flag: str) -> str:
     return f"#SBATCH {name}{sep}{sbatch_value(value)}" if sep else f"#SBATCH {name}"
 
 
-_TASK = """\
-# Runs one replica: $1 is the role, $2 the function holding its command. It records
-# the node and the exit code beside the log, since Slurm keeps one code per step.
-distspec_task() {
-  local base="$DISTSPEC_JOB_DIR/$1-$SLURM_NODEID"
-  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"
-  "$2"
-  local code=$?
-  echo "$code" > "$base.exit"
-  return "$code"
-}
+def _task() -> str:
+    return (
+        "# Runs one replica: $1 is the role, $2 the function holding its command. It records\n"
+        "# the node and the exit code beside the log, since Slurm keeps one code per step.\n"
+    ) + task_function(
+        base='"$DISTSPEC_JOB_DIR/$1-$SLURM_NODEID"',
+        host='echo "${SLURMD_NODENAME:-$HOSTNAME}"',
+        run=['"$2"'],
+    )
 
+
+_WAIT = """\
 # Waits for the $1 srun steps started in the background and returns 0, or the first
 # failure's exit code after stopping the other steps. A trapped signal interrupts
 # `wait`; the requeue trap sets distspec_interrupted so the loop waits again.
@@ -396,16 +406,6 @@ def _macro_values(role: Role) -> MacroValues:
         Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
         Macro.IMG_ROOT: role.image if role.image else ShellExpr("$SLURM_SUBMIT_DIR"),
     }
-
-
-def _role_function(index: int, role: Role) -> str:
-    values = _macro_values(role)
-    lines = [f"distspec_role_{index}() {{  # role {role.name}"]
-    for key, value in role.env.items():
-        lines.append(f"  export {key}={shell_word(value, values)}")
-    lines.append("  " + shell_join([role.entrypoint, *role.args], values))
-    lines.append("}")
-    return "\n".join(lines) + "\n"
 
 
 def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool) -> str:
@@ -473,12 +473,7 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         if het
         else '"$SLURM_JOB_NODELIST"'
     )
-    prefix, _, suffix = opts.rank0_host.partition("{host}")
-    host = (
-        (shell_word(prefix, {}) if prefix else "")
-        + '"$distspec_host"'
-        + (shell_word(suffix, {}) if suffix else "")
-    )
+    host = rank0_host_word(opts.rank0_host, '"$distspec_host"')
     out += [
         "# The rendezvous host: the first node of the (first role's) allocation.",
         f"distspec_host=$(scontrol show hostnames {nodelist} | head -n1)",
@@ -487,27 +482,22 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         "# Each role's command, run by every task of its step: $SLURM_NODEID is the",
         "# task's own node index there.",
     ]
-    out += [_role_function(index, role) for index, role in enumerate(app.roles)]
-    out.append(_TASK)
+    out += [
+        role_function(f"distspec_role_{index}", role, _macro_values(role))
+        for index, role in enumerate(app.roles)
+    ]
+    out += [_task(), _WAIT]
     if opts.requeue:
         signal = opts.requeue_signal.upper().removeprefix("SIG")
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
     out += [
         "# One srun step per role. A failed attempt is retried max_retries times;",
         "# each attempt clears the previous attempt's exit codes.",
-        "distspec_attempt=0",
-        "while :; do",
-        '  rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
-        '  echo "$distspec_attempt" > "$DISTSPEC_JOB_DIR/attempt"',
-        *(_srun_line(index, role, opts, het) for index, role in enumerate(app.roles)),
-        f"  distspec_wait {len(app.roles)}",
-        "  distspec_code=$?",
-        f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
-        "  distspec_attempt=$((distspec_attempt + 1))",
-        f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
-        "done",
-        'exit "$distspec_code"',
     ]
+    steps = [_srun_line(index, role, opts, het) for index, role in enumerate(app.roles)]
+    out += attempt_loop(
+        [*steps, f"  distspec_wait {len(app.roles)}", "  distspec_code=$?"], retries
+    )
     return "\n".join(out) + "\n"
 
 
@@ -595,27 +585,18 @@ class _JobInfo:
     source: str = "scontrol"
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """What submit wrote down about a job, so that describe and log work from any cwd."""
-
-    job_id: str
-    app_id: str
-    app: str
-    folder: str
-    roles: tuple[tuple[str, int], ...] = field(default=())
-
-
 # -- the scheduler ------------------------------------------------------------
 
 
-class SlurmScheduler(Scheduler[SlurmOptions]):
+class SlurmScheduler(BatchScheduler[SlurmOptions]):
     """sbatch / srun / squeue / scontrol / sacct / scancel."""
 
     name = NAME
     Options = SlurmOptions
     capabilities = Capabilities(mount_kinds=frozenset(), shared_files=True)
     max_poll_interval = 1.0
+    label = "Slurm"
+    no_since = "slurm: --since is not supported (Slurm log lines carry no times)"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -625,17 +606,10 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
 
     # -- pure ------------------------------------------------------------------
 
-    def _job_dir(self, opts: SlurmOptions) -> str:
-        if opts.job_dir:
-            return opts.job_dir
-        if self._state_dir is None:
-            raise _bad("no job_dir: set -cfg job_dir=/shared/absolute/dir")
-        return str(Path(self._state_dir) / "slurm")
-
     def compile(self, app: AppDef, opts: SlurmOptions, *, app_id: str) -> Request:
         """One sbatch script; ``argv`` submits it by hand from the folder it is written to."""
         check_capabilities(app, self.capabilities, NAME)
-        safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", app_id)
+        safe_id = safe_app_id(app_id)
         script = compile_script(app, opts, app_id=safe_id, job_dir=self._job_dir(opts))
         main = f"{safe_id}.sbatch"
         return Request(
@@ -650,31 +624,9 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
 
     # -- effectful -------------------------------------------------------------
 
-    def _run(self, argv: Sequence[str], what: str, *, ok: bool = True) -> CommandResult:
-        result = self.run_cmd(argv)
-        if ok and result.returncode != 0:
-            raise SchedulerError(
-                f"{what} failed",
-                scheduler=NAME,
-                argv=argv,
-                returncode=result.returncode,
-                stderr=result.stderr,
-            )
-        return result
-
-    def _records(self) -> Path | None:
-        return None if self._state_dir is None else Path(self._state_dir) / "slurm" / "jobs"
-
     def submit(self, request: Request) -> str:
         """Write the script into ``job_dir``, ``sbatch --parsable`` it; returns the job id."""
-        opts: SlurmOptions = request.options
-        job_dir = Path(self._job_dir(opts))
-        try:
-            job_dir.mkdir(parents=True, exist_ok=True)
-            script = job_dir / request.main_file
-            script.write_text(request.render())
-        except OSError as e:
-            raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
+        script = self._write_script(request)
         # The job inherits sbatch's environment (--export=ALL), with distspec's own
         # bin directory last on PATH (its torchrun).
         import os
@@ -697,38 +649,11 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
                 argv=result.argv,
                 stderr=result.stderr,
             )
-        records = self._records()
-        if records is not None:
-            app = request.app
-            record = {
-                "job_id": job_id,
-                "app_id": request.app_id,
-                "app": app.name,
-                "folder": f"{str(job_dir).rstrip('/')}/{app.name}-{job_id}",
-                "roles": [[r.name, r.num_replicas] for r in app.roles],
-            }
-            records.mkdir(parents=True, exist_ok=True)
-            (records / f"{job_id}.json").write_text(json.dumps(record))
+        folder = f"{str(script.parent).rstrip('/')}/{request.app.name}-{job_id}"
+        self._save_record(request, job_id, folder)
         return job_id
 
-    def _record(self, job_id: str) -> _Record | None:
-        records = self._records()
-        if records is None:
-            return None
-        try:
-            data = json.loads((records / f"{job_id}.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return _Record(
-            job_id=job_id,
-            app_id=data["app_id"],
-            app=data["app"],
-            folder=data["folder"],
-            roles=tuple((str(n), int(c)) for n, c in data["roles"]),
-        )
-
-    @staticmethod
-    def _check_id(app_id: str) -> str:
+    def _check_id(self, app_id: str) -> str:
         if not app_id.isdigit():
             raise UsageError(f"slurm app ids are job ids (digits), got {app_id!r}")
         return app_id
@@ -820,7 +745,7 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
             components=tuple(c for _, c in comps), restarts=restarts, name=name, stdout=stdout
         )
 
-    def _folder(self, job_id: str, record: _Record | None, info: _JobInfo | None) -> Path | None:
+    def _folder(self, record: JobRecord | None, info: _JobInfo | None) -> Path | None:
         if record is not None:
             return Path(record.folder)
         if info is not None and info.stdout.endswith(".out"):
@@ -833,8 +758,7 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
         info = self._query(job_id)
         if info is None and record is None:
             return None
-        folder = self._folder(job_id, record, info)
-        files = _read_folder(folder)
+        files = read_job_folder(self._folder(record, info))
         if record is not None:
             roles = list(record.roles)
         else:
@@ -880,37 +804,8 @@ class SlurmScheduler(Scheduler[SlurmOptions]):
             roles=tuple(role_status),
         )
 
-    # logs ------------------------------------------------------------------------
-
-    def log_iter(
-        self,
-        app_id: str,
-        role: str,
-        replica: int,
-        *,
-        since: float | None = None,
-        follow: bool = False,
-    ) -> Iterator[str]:
-        """Lines of ``<job folder>/<role>-<replica>.log``; ``since`` is not supported
-        (the files carry no per-line times)."""
-        if since is not None:
-            raise UsageError("slurm: --since is not supported (Slurm log lines carry no times)")
-        job_id = self._check_id(app_id)
-        record = self._record(job_id)
-        info = None if record is not None else self._scontrol(job_id)
-        folder = self._folder(job_id, record, info)
-        if folder is None:
-            raise SchedulerError(
-                f"cannot find the log folder of job {job_id}: it was not submitted from this "
-                "state dir and Slurm no longer shows it",
-                scheduler=NAME,
-            )
-        path = folder / log_file_name(role, replica)
-        return read_log_lines(path, follow=follow, ended=lambda: self._ended(job_id))
-
-    def _ended(self, job_id: str) -> bool:
-        status = self.describe(job_id)
-        return status is None or status.is_terminal
+    def _queried_folder(self, job_id: str) -> Path | None:
+        return self._folder(None, self._scontrol(job_id))
 
     # cancel, list ----------------------------------------------------------------
 
@@ -995,29 +890,6 @@ def _component_order(key: str) -> tuple[int, int]:
     return (int(job) if job.isdigit() else 0, int(offset) if offset.isdigit() else 0)
 
 
-def _read_folder(folder: Path | None) -> dict[str, str]:
-    """``{file name: stripped text}`` of the small status files in the job folder."""
-    if folder is None:
-        return {}
-    out: dict[str, str] = {}
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return out
-    for path in entries:
-        if path.suffix in {".exit", ".host"} or path.name in {"attempt", "requeues"}:
-            try:
-                out[path.name] = path.read_text().strip()
-            except OSError:
-                continue
-    return out
-
-
-def _exit_code(files: Mapping[str, str], role: str, replica: int) -> int | None:
-    text = files.get(f"{role}-{replica}.exit", "")
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
 def _replica(
     role: str,
     i: int,
@@ -1026,26 +898,17 @@ def _replica(
     files: Mapping[str, str],
     attempt: int,
 ) -> ReplicaStatus:
-    code = _exit_code(files, role, i)
-    host = files.get(f"{role}-{i}.host", "") or (comp.nodes[i] if i < len(comp.nodes) else "")
+    code = exit_code(files, role, i)
     reason = comp.state if comp.state not in {"RUNNING", "COMPLETED", "PENDING"} else ""
     if comp.reason:
         reason = f"{reason}: {comp.reason}" if reason else comp.reason
-    if code is None:
-        state = job_state
-    elif code == 0:
-        state, reason = AppState.SUCCEEDED, ""
-    elif job_state is AppState.CANCELLED and code > 128:
-        state = AppState.CANCELLED  # killed by Slurm's signal, not a failure of its own
-    else:
-        state = AppState.FAILED
     return ReplicaStatus(
         role=role,
         id=i,
-        state=state,
-        hostname=host,
+        state=replica_state(code, job_state),
+        hostname=replica_host(files, role, i, comp.nodes),
         exit_code=code,
-        reason=reason,
+        reason="" if code == 0 else reason,
         restarts=attempt,
     )
 
@@ -1059,7 +922,7 @@ def _from_files(
     for role, count in roles:
         replicas = []
         for i in range(count):
-            code = _exit_code(files, role, i)
+            code = exit_code(files, role, i)
             codes.append(code)
             state = (
                 AppState.UNKNOWN
@@ -1074,7 +937,7 @@ def _from_files(
                     id=i,
                     state=state,
                     exit_code=code,
-                    hostname=files.get(f"{role}-{i}.host", ""),
+                    hostname=replica_host(files, role, i, ()),
                     restarts=attempt,
                 )
             )

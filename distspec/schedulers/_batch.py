@@ -1,0 +1,344 @@
+"""The job folder that the batch-script backends (Slurm, PBS) share, written and read.
+
+Both submit one script per app. The script runs every replica through a wrapper,
+``distspec_task``, that records beside the replica's log::
+
+    <folder>/<role>-<i>.host   the host it runs on, written when it starts
+    <folder>/<role>-<i>.exit   its exit code, written when it exits
+    <folder>/attempt           the in-script attempt (0 first), from the retry loop
+    <folder>/requeues          Slurm only: how often the job was requeued
+    <folder>/exit, signal      PBS only: the script's exit code; present after SIGTERM
+
+since neither scheduler reports an exit code per replica. ``submit`` also writes a
+record per job, ``<state dir>/<scheduler>/jobs/<job id>.json``, so that describe and
+log find the folder from any working directory.
+
+Here are both halves of that contract: the script fragments that write the files
+(pure text) and :class:`BatchScheduler`, the effectful glue that reads them.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol, TypeVar
+
+from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.schedulers._common import (
+    MacroValues,
+    log_file_name,
+    read_log_lines,
+    shell_join,
+    shell_word,
+)
+from distspec.schedulers.api import CommandResult, Request, Scheduler
+from distspec.specs.app import Role
+from distspec.specs.state import AppState
+
+__all__ = [
+    "BatchScheduler",
+    "JobRecord",
+    "attempt_loop",
+    "check_job_dir",
+    "check_rank0_host",
+    "exit_code",
+    "parse_int",
+    "rank0_host_word",
+    "read_job_folder",
+    "replica_host",
+    "replica_state",
+    "role_function",
+    "safe_app_id",
+    "task_function",
+]
+
+
+# -- the script side (pure) ---------------------------------------------------
+
+
+def safe_app_id(app_id: str) -> str:
+    """``app_id`` as used in file names: anything but ``[A-Za-z0-9_.-]`` becomes ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", app_id)
+
+
+def check_job_dir(job_dir: str, scheduler: str) -> None:
+    """Raise CompileError unless ``job_dir`` is absolute (logs are read from any cwd)."""
+    if not job_dir.startswith("/"):
+        raise CompileError(
+            scheduler, f"job_dir={job_dir!r} must be an absolute path (logs are read from any cwd)"
+        )
+
+
+def check_rank0_host(template: str, scheduler: str) -> None:
+    """Raise CompileError unless the ``rank0_host`` option holds ``{host}`` exactly once."""
+    if template.count("{host}") != 1:
+        raise CompileError(
+            scheduler, f"rank0_host={template!r}: the template must contain {{host}} once"
+        )
+
+
+def rank0_host_word(template: str, host: str) -> str:
+    """The rendezvous host as one shell word: ``template`` (see :func:`check_rank0_host`)
+    with ``{host}`` replaced by ``host``, a runtime expression already in double quotes."""
+    prefix, _, suffix = template.partition("{host}")
+    return (
+        (shell_word(prefix, {}) if prefix else "")
+        + host
+        + (shell_word(suffix, {}) if suffix else "")
+    )
+
+
+def role_function(func: str, role: Role, values: MacroValues) -> str:
+    """A shell function ``func`` that exports the role's env and runs its command, with
+    each macro mapped through ``values``."""
+    lines = [f"{func}() {{  # role {role.name}"]
+    for key, value in role.env.items():
+        lines.append(f"  export {key}={shell_word(value, values)}")
+    lines.append("  " + shell_join([role.entrypoint, *role.args], values))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def task_function(*, base: str, host: str, run: Sequence[str], setup: Sequence[str] = ()) -> str:
+    """``distspec_task``: runs one replica and writes its ``.host`` and ``.exit`` files.
+
+    Args:
+        base: shell expression of ``<folder>/<role>-<i>`` (without suffix).
+        host: command that prints the host's name.
+        run: lines that run the replica; the last one's status is its exit code.
+        setup: lines before anything is written (they may ``return`` early).
+    """
+    body = [
+        *setup,
+        f"local base={base}",
+        f'{host} > "$base.host"',
+        *run,
+        "local code=$?",
+        'echo "$code" > "$base.exit"',
+        'return "$code"',
+    ]
+    return "distspec_task() {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
+
+
+def attempt_loop(body: Sequence[str], retries: int) -> list[str]:
+    """The script's end: a loop of attempts, then ``exit`` with the last one's code.
+
+    Each attempt clears the previous attempt's ``.exit`` and ``.host`` files, writes
+    its number to ``attempt`` and runs ``body`` (lines indented by two, which leave
+    the attempt's exit code in ``distspec_code``); a failure is retried ``retries``
+    times.
+    """
+    return [
+        "distspec_attempt=0",
+        "while :; do",
+        '  rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
+        '  echo "$distspec_attempt" > "$DISTSPEC_JOB_DIR/attempt"',
+        *body,
+        f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
+        "  distspec_attempt=$((distspec_attempt + 1))",
+        f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
+        "done",
+        'exit "$distspec_code"',
+    ]
+
+
+# -- the reading side ---------------------------------------------------------
+
+# The small status files; everything else in the folder (logs, task.sh) is skipped.
+_STATUS_NAMES = frozenset({"attempt", "requeues", "exit", "signal"})
+
+
+def read_job_folder(folder: Path | None) -> dict[str, str]:
+    """``{file name: stripped text}`` of the status files in a job folder; ``{}`` when
+    there is no folder (yet)."""
+    if folder is None:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return out
+    for path in entries:
+        if path.suffix in {".exit", ".host"} or path.name in _STATUS_NAMES:
+            try:
+                out[path.name] = path.read_text().strip()
+            except OSError:
+                continue
+    return out
+
+
+def parse_int(text: str | None) -> int | None:
+    """``text`` as an int, or None when it is missing or not a (signed) integer."""
+    return int(text) if text and re.fullmatch(r"-?\d+", text) else None
+
+
+def exit_code(files: Mapping[str, str], role: str, replica: int) -> int | None:
+    """Replica ``replica``'s recorded exit code; None while it has not exited."""
+    return parse_int(files.get(log_file_name(role, replica, "exit")))
+
+
+def replica_host(files: Mapping[str, str], role: str, replica: int, hosts: Sequence[str]) -> str:
+    """Where the replica ran: its ``.host`` file, else the scheduler's i-th host."""
+    recorded = files.get(log_file_name(role, replica, "host"), "")
+    return recorded or (hosts[replica] if replica < len(hosts) else "")
+
+
+def replica_state(code: int | None, job_state: AppState) -> AppState:
+    """A replica's state from its exit code (None: still running or never started)
+    and the state of the job around it."""
+    if code is None:
+        return job_state
+    if code == 0:
+        return AppState.SUCCEEDED
+    if job_state is AppState.CANCELLED and code > 128:
+        return AppState.CANCELLED  # killed by the job's end (a signal), not on its own
+    return AppState.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What submit wrote down about a job, so that describe and log work from any cwd."""
+
+    job_id: str
+    app_id: str
+    app: str
+    folder: str
+    roles: tuple[tuple[str, int], ...] = ()
+
+
+class _HasJobDir(Protocol):
+    @property
+    def job_dir(self) -> str | None: ...
+
+
+BatchOptsT = TypeVar("BatchOptsT", bound=_HasJobDir)
+
+
+class BatchScheduler(Scheduler[BatchOptsT]):
+    """The effectful glue of a batch backend: job_dir, commands, records and logs.
+
+    A subclass sets ``label`` and ``no_since``, and implements :meth:`_check_id` and
+    :meth:`_queried_folder` besides the :class:`Scheduler` methods.
+    """
+
+    #: How messages name the scheduler software ("Slurm", "PBS").
+    label: ClassVar[str]
+    #: The UsageError message of ``log_iter(since=...)``.
+    no_since: ClassVar[str]
+    #: Whether a failed command's message may be on stdout alone (then it is used
+    #: when stderr is empty).
+    errors_on_stdout: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def _check_id(self, app_id: str) -> str:
+        """``app_id`` if it has the form of a job id, else raise UsageError."""
+
+    @abc.abstractmethod
+    def _queried_folder(self, job_id: str) -> Path | None:
+        """The job folder as the scheduler reports it (for a job without a record)."""
+
+    def _job_dir(self, opts: BatchOptsT) -> str:
+        if opts.job_dir:
+            return opts.job_dir
+        if self._state_dir is None:
+            raise CompileError(self.name, "no job_dir: set -cfg job_dir=/shared/absolute/dir")
+        return str(Path(self._state_dir) / self.name)
+
+    def _run(self, argv: Sequence[str], what: str, *, ok: bool = True) -> CommandResult:
+        """Run a scheduler command; with ``ok``, a non-zero exit is a SchedulerError."""
+        result = self.run_cmd(argv)
+        if ok and result.returncode != 0:
+            raise SchedulerError(
+                f"{what} failed",
+                scheduler=self.name,
+                argv=argv,
+                returncode=result.returncode,
+                stderr=(result.stderr or result.stdout) if self.errors_on_stdout else result.stderr,
+            )
+        return result
+
+    def _write_script(self, request: Request) -> Path:
+        """Write the request's script into ``job_dir`` (created); returns its path."""
+        job_dir = Path(self._job_dir(request.options))
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            script = job_dir / request.main_file
+            script.write_text(request.render())
+        except OSError as e:
+            raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
+        return script
+
+    # -- records -----------------------------------------------------------------
+
+    def _records(self) -> Path | None:
+        return None if self._state_dir is None else Path(self._state_dir) / self.name / "jobs"
+
+    def _save_record(self, request: Request, job_id: str, folder: str) -> None:
+        """Record the submitted job (nothing without a state dir)."""
+        import json
+
+        records = self._records()
+        if records is None:
+            return
+        app = request.app
+        record = {
+            "job_id": job_id,
+            "app_id": request.app_id,
+            "app": app.name,
+            "folder": folder,
+            "roles": [[r.name, r.num_replicas] for r in app.roles],
+        }
+        records.mkdir(parents=True, exist_ok=True)
+        (records / f"{job_id}.json").write_text(json.dumps(record))
+
+    def _record(self, job_id: str) -> JobRecord | None:
+        import json
+
+        records = self._records()
+        if records is None:
+            return None
+        try:
+            data = json.loads((records / f"{job_id}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return JobRecord(
+            job_id=job_id,
+            app_id=data["app_id"],
+            app=data["app"],
+            folder=data["folder"],
+            roles=tuple((str(n), int(c)) for n, c in data["roles"]),
+        )
+
+    # -- logs --------------------------------------------------------------------
+
+    def log_iter(
+        self,
+        app_id: str,
+        role: str,
+        replica: int,
+        *,
+        since: float | None = None,
+        follow: bool = False,
+    ) -> Iterator[str]:
+        """Lines of ``<job folder>/<role>-<replica>.log``; ``since`` is not supported
+        (the files carry no per-line times)."""
+        if since is not None:
+            raise UsageError(self.no_since)
+        job_id = self._check_id(app_id)
+        record = self._record(job_id)
+        folder = Path(record.folder) if record is not None else self._queried_folder(job_id)
+        if folder is None:
+            raise SchedulerError(
+                f"cannot find the log folder of job {job_id}: it was not submitted from this "
+                f"state dir and {self.label} no longer shows it",
+                scheduler=self.name,
+            )
+        path = folder / log_file_name(role, replica)
+        return read_log_lines(path, follow=follow, ended=lambda: self._ended(job_id))
+
+    def _ended(self, job_id: str) -> bool:
+        status = self.describe(job_id)
+        return status is None or status.is_terminal
