@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
 from distspec.specs.app import AppDef
 from distspec.specs.handles import AppHandle
-from distspec.specs.state import AppStatus
 
 if TYPE_CHECKING:
     from distspec.config import Config
     from distspec.schedulers._registry import SchedulerRegistry
     from distspec.schedulers.api import AppSummary, CommandRunner, Request, Scheduler
+    from distspec.specs.state import AppStatus
 
 __all__ = ["LogLine", "Runner", "new_app_id"]
 
@@ -39,6 +39,8 @@ def new_app_id(app_name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
+    """One line of one replica's log."""
+
     role: str
     replica: int
     text: str

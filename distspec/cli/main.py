@@ -60,7 +60,9 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    # An explicit prog keeps argparse from building a help formatter (and importing
+    # shutil) just to name the sub-commands.
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser, prog="distspec")
     chosen = _verb(argv)
     # A known verb gets only its own sub-parser: each ArgumentParser costs ~1 ms of
     # start-up, and only `distspec --help` or a mistyped verb needs the whole list.

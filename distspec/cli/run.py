@@ -8,7 +8,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -91,6 +90,8 @@ def main(args: argparse.Namespace) -> int:
     request = runner.dryrun(app, scheduler, cfg)
     if args.dryrun:
         if args.output:
+            from pathlib import Path
+
             paths = request.write(Path(args.output))
             for path in paths:
                 print(path)

@@ -15,15 +15,18 @@ import abc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from distspec.errors import SchedulerError
 from distspec.specs.app import SCRIPT_METADATA, AppDef
 from distspec.specs.frozen import FrozenDict
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
-from distspec.specs.state import AppState, AppStatus
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from distspec.specs.state import AppState, AppStatus
 
 __all__ = [
     "SCRIPT_METADATA",
@@ -41,6 +44,8 @@ OptsT = TypeVar("OptsT")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommandResult:
+    """How a scheduler command ended."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str

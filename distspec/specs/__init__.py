@@ -1,14 +1,41 @@
-"""The IR: immutable values with no I/O and no scheduler code."""
+"""The IR: immutable values with no I/O and no scheduler code.
+
+Names are imported on first use, so a dry run pays only for the modules it touches.
+"""
 
 from __future__ import annotations
 
-from distspec.specs.app import AppDef, Resource, RetryPolicy, Role
-from distspec.specs.frozen import FrozenDict, frozendict
-from distspec.specs.handles import AppHandle
-from distspec.specs.macros import Macro
-from distspec.specs.mounts import BindMount, DeviceMount, Mount, VolumeMount
-from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
-from distspec.specs.topology import Topology
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distspec.specs.app import AppDef, Resource, RetryPolicy, Role
+    from distspec.specs.frozen import FrozenDict, frozendict
+    from distspec.specs.handles import AppHandle
+    from distspec.specs.macros import Macro
+    from distspec.specs.mounts import BindMount, DeviceMount, Mount, VolumeMount
+    from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+    from distspec.specs.topology import Topology
+
+_WHERE = {
+    "AppDef": "app",
+    "Resource": "app",
+    "RetryPolicy": "app",
+    "Role": "app",
+    "FrozenDict": "frozen",
+    "frozendict": "frozen",
+    "AppHandle": "handles",
+    "Macro": "macros",
+    "BindMount": "mounts",
+    "DeviceMount": "mounts",
+    "Mount": "mounts",
+    "VolumeMount": "mounts",
+    "AppState": "state",
+    "AppStatus": "state",
+    "ReplicaStatus": "state",
+    "RoleStatus": "state",
+    "Topology": "topology",
+}
 
 __all__ = [
     "AppDef",
@@ -29,3 +56,10 @@ __all__ = [
     "VolumeMount",
     "frozendict",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'distspec.specs' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"distspec.specs.{module}"), name)

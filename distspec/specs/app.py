@@ -10,11 +10,13 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distspec.errors import SpecError
 from distspec.specs.frozen import FrozenDict, frozendict
-from distspec.specs.mounts import Mount, mount_from_dict, mount_to_dict
+
+if TYPE_CHECKING:
+    from distspec.specs.mounts import Mount
 
 __all__ = ["SCRIPT_METADATA", "AppDef", "Resource", "RetryPolicy", "Role"]
 
@@ -125,6 +127,8 @@ class Role:
             elif f.name == "args":
                 value = list(value)
             elif f.name == "mounts":
+                from distspec.specs.mounts import mount_to_dict
+
                 value = [mount_to_dict(m) for m in value]
             elif isinstance(value, Resource):
                 value = value.to_dict()
@@ -138,6 +142,8 @@ class Role:
         kwargs = dict(data)
         kwargs["args"] = tuple(kwargs.get("args", ()))
         kwargs["resource"] = Resource.from_dict(kwargs.get("resource", {}))
+        from distspec.specs.mounts import mount_from_dict
+
         kwargs["mounts"] = tuple(mount_from_dict(m) for m in kwargs.get("mounts", ()))
         return cls(**kwargs)
 

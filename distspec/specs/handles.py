@@ -14,6 +14,8 @@ _HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_.-]+)://(?P<session>[^/]*)/(?P<
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppHandle:
+    """Which scheduler, which session, which app."""
+
     scheduler: str
     session: str
     app_id: str

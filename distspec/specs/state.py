@@ -58,6 +58,8 @@ class ReplicaStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoleStatus:
+    """The replicas of one role."""
+
     role: str
     replicas: tuple[ReplicaStatus, ...] = ()
 
