@@ -148,7 +148,8 @@ def test_dry_run_imports_only_its_backend(scheduler: str, extra: list[str]) -> N
         "run", "--dryrun", "-s", scheduler, "dist.ddp", "-j", "2x2", "--script", "main.py", *extra
     )
     assert out.strip()
-    assert backends(modules) <= {scheduler, f"{scheduler}_manifest"}, backends(modules)
+    own = {scheduler, f"{scheduler}_manifest", f"{scheduler}_script"}
+    assert backends(modules) <= own, backends(modules)
     allowed = {"yaml"} if scheduler == "kubernetes" else set()
     assert {m.split(".")[0] for m in heavy(modules)} <= allowed, heavy(modules)
 

@@ -30,9 +30,9 @@ from distspec.schedulers.pbs import (
     PbsOptions,
     PbsScheduler,
     ResourceStyle,
-    job_name,
     parse_qstat_full,
 )
+from distspec.schedulers.pbs_script import job_name
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from tests.conftest import FakeCommands
 

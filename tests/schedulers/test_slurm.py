@@ -23,8 +23,8 @@ from distspec.schedulers.slurm import (
     SlurmOptions,
     SlurmScheduler,
     expand_hostlist,
-    sbatch_value,
 )
+from distspec.schedulers.slurm_script import sbatch_value
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from tests.conftest import FakeCommands
 

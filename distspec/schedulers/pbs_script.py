@@ -1,0 +1,469 @@
+"""The pure half of the PBS backend: AppDef + options -> one qsub script.
+
+One role of N replicas asks for N hosts (``-l select=N:...:mpiprocs=1`` with
+``-l place=scatter``, or Torque's ``-l nodes=N:ppn=C``). Replica i runs on the i-th
+distinct host of ``$PBS_NODEFILE`` (the file repeats a host once per slot; its first
+line is the rendezvous host). A single-node job runs its command directly; a
+multi-node job starts one task per host with ``pbsdsh -n`` (the default: it ships
+with every PBS and needs no MPI) or with one ``mpiexec`` (option ``launcher``).
+Each task is ``<job folder>/task.sh``, which the batch script writes at run time
+(the spooled script itself is not visible on the other hosts); it takes the replica
+id from its argument (pbsdsh) or from the MPI launcher's rank variable (mpiexec).
+The script's size does not depend on the node count. The job folder it writes is
+described in :mod:`distspec.schedulers._batch`.
+
+Nothing here runs a command or reads the environment.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from distspec.errors import CompileError
+from distspec.schedulers._batch import (
+    attempt_loop,
+    check_job_dir,
+    check_rank0_host,
+    rank0_host_word,
+    role_function,
+    task_function,
+)
+from distspec.schedulers._common import MacroValues, ShellExpr, shell_word
+from distspec.specs.app import AppDef, RetryPolicy, Role
+from distspec.specs.macros import Macro
+from distspec.specs.options import option
+
+__all__ = ["NAME", "Launcher", "PbsOptions", "ResourceStyle", "compile_script", "job_name"]
+
+NAME = "pbs"
+
+
+class ResourceStyle(str, enum.Enum):
+    """How nodes are requested: PBS Pro/OpenPBS chunks or Torque's node spec."""
+
+    SELECT = "select"
+    NODES = "nodes"
+
+
+class Launcher(str, enum.Enum):
+    """What starts one task per host in a multi-node job."""
+
+    PBSDSH = "pbsdsh"
+    MPIEXEC = "mpiexec"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PbsOptions:
+    """Run options of the PBS backend (``-cfg k=v``); each maps to one qsub flag or
+    one choice in the script."""
+
+    queue: str | None = option(None, "Queue to submit to (-q).")
+    account: str | None = option(None, "Account or project to charge (-A).")
+    walltime: str | None = option(
+        None, "Wall-clock limit (-l walltime=): SECONDS, MM:SS or HH:MM:SS."
+    )
+    resource_style: ResourceStyle = option(
+        ResourceStyle.SELECT,
+        "How nodes are requested: select (-l select=N:ncpus=C:...:mpiprocs=1, PBS Pro and "
+        "OpenPBS) or nodes (-l nodes=N:ppn=C, Torque).",
+    )
+    place: str = option(
+        "scatter",
+        "Chunk placement for resource_style=select (-l place=): scatter puts each replica on "
+        "its own host; e.g. scatter:excl for whole hosts; empty to leave it to the server.",
+    )
+    mem: bool = option(True, "Request the role's memory (mem=...mb); false where it is rejected.")
+    launcher: Launcher = option(
+        Launcher.PBSDSH,
+        "What starts one task per host in a multi-node job: pbsdsh (pbsdsh -n, one per host) "
+        "or mpiexec (one mpiexec -n N with mpiexec_args). A 1-node job needs neither.",
+    )
+    mpiexec_args: tuple[str, ...] = option(
+        ("--ppn", "1"),
+        "Arguments after mpiexec -n N that place one process per host, separated by ';': "
+        "--ppn;1 for MPICH, Intel MPI and Cray PALS, --map-by;ppr:1:node for Open MPI.",
+    )
+    export_env: bool = option(
+        True, "Pass the submitting environment to the job (-V), as sbatch does by default."
+    )
+    mail_user: str | None = option(None, "Where PBS mails job events (-M).")
+    mail_events: str | None = option(
+        None, "Which events are mailed (-m): any of a (abort), b (begin), e (end), or n."
+    )
+    depend: str | None = option(
+        None, "Dependencies (-W depend=), e.g. afterok:1234.server or afterany:12:13."
+    )
+    job_name_max: int = option(
+        15,
+        "Longest #PBS -N name; longer app names are cut (POSIX and older Torque allow 15 "
+        "characters, PBS Pro 236). The job folder is named by the app id either way.",
+    )
+    job_dir: str | None = option(
+        None,
+        "Absolute directory for the submitted script and the logs; the default is "
+        "<state dir>/pbs. Must be on a filesystem the hosts share.",
+    )
+    rank0_host: str = option(
+        "{host}",
+        "Rendezvous host template; {host} is the first line of $PBS_NODEFILE, e.g. {host}-ib.",
+    )
+    qsub_args: tuple[str, ...] = option(
+        (), "Extra qsub flags, each -X or '-X value', separated by ';' (e.g. -r y;-p 10)."
+    )
+
+
+_WALLTIME = re.compile(r"^\d+(:\d{1,2}){0,2}$")
+_PLACE = re.compile(r"^((free|pack|scatter|vscatter)(:(excl|exclhost|shared|group=\w+))*)?$")
+_MAIL_EVENTS = re.compile(r"^(n|[abejfp]+)$")
+_DEPEND = re.compile(r"^[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+(,[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+)*$")
+_SIMPLE = re.compile(r"^[A-Za-z0-9_.,:@%/+=-]+$")
+_QSUB_FLAG = re.compile(r"^-([A-Za-z])( (.+))?$", re.DOTALL)
+_RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# -o paths are [host:]path and directive lines split on blanks: keep job_dir plain.
+_JOB_DIR = re.compile(r"^/[A-Za-z0-9_./+@=,~-]*$")
+
+# qsub flags distspec writes itself, or that have their own option: say which.
+_QSUB_OWN = frozenset("NoejJIh")
+_QSUB_OPTIONS = {"q": "queue", "A": "account", "m": "mail_events", "M": "mail_user"}
+_RESOURCES_OWN = ("select", "nodes", "place", "walltime", "ncpus", "ngpus", "mem", "mpiprocs")
+
+
+def _bad(message: str) -> CompileError:
+    return CompileError(NAME, message)
+
+
+def _plain(what: str, value: str) -> str:
+    """``value`` for a ``#PBS`` line: qsub splits directives on blanks itself and
+    quoting differs between servers, so only plain values are accepted."""
+    if not _SIMPLE.match(value):
+        raise _bad(f"{what}={value!r}: a #PBS value may hold only letters, digits and _.,:@%/+=-")
+    return value
+
+
+def _check_qsub_args(flags: Sequence[str]) -> list[str]:
+    lines = []
+    for flag in flags:
+        match = _QSUB_FLAG.match(flag)
+        if match is None or any(c in flag for c in "\n\r\x00"):
+            raise _bad(f"qsub_args: {flag!r} is not a qsub flag; write each as -X or '-X value'")
+        letter, value = match.group(1), match.group(3) or ""
+        if letter in _QSUB_OWN:
+            raise _bad(f"qsub_args: -{letter} is set by distspec itself and cannot be changed")
+        if letter in _QSUB_OPTIONS:
+            raise _bad(f"qsub_args: use -cfg {_QSUB_OPTIONS[letter]}=... instead of -{letter}")
+        if letter == "W" and value.startswith("depend="):
+            raise _bad("qsub_args: use -cfg depend=... instead of -W depend=")
+        if letter == "V":
+            raise _bad("qsub_args: use -cfg export_env=true instead of -V")
+        if letter == "l":
+            for item in value.split(","):
+                key = item.partition("=")[0].strip()
+                if key in _RESOURCES_OWN:
+                    hint = "-cfg walltime=..." if key == "walltime" else "the role's resources"
+                    raise _bad(f"qsub_args: -l {key}= is set by distspec; use {hint}")
+        lines.append(f"#PBS -{letter} {_plain('qsub_args', value)}" if value else f"#PBS -{letter}")
+    return lines
+
+
+def _check_options(opts: PbsOptions) -> None:
+    if opts.walltime is not None and not _WALLTIME.match(opts.walltime):
+        raise _bad(f"walltime={opts.walltime!r}: expected SECONDS, MM:SS or HH:MM:SS")
+    if not _PLACE.match(opts.place):
+        raise _bad(
+            f"place={opts.place!r}: expected free, pack, scatter or vscatter, optionally "
+            "with :excl, :exclhost, :shared or :group=RESOURCE"
+        )
+    if opts.mail_events is not None and not _MAIL_EVENTS.match(opts.mail_events):
+        raise _bad(f"mail_events={opts.mail_events!r}: expected letters of abe (or n for none)")
+    if opts.depend is not None and not _DEPEND.match(opts.depend):
+        raise _bad(f"depend={opts.depend!r}: expected TYPE:JOBID[:JOBID...], e.g. afterok:1234")
+    if opts.job_name_max < 1:
+        raise _bad(f"job_name_max={opts.job_name_max}: must be at least 1")
+    check_rank0_host(opts.rank0_host, NAME)
+    for arg in opts.mpiexec_args:
+        if any(c in arg for c in "\n\r\x00"):
+            raise _bad(f"mpiexec_args: {arg!r} contains a line break")
+    for what, value in (
+        ("queue", opts.queue),
+        ("account", opts.account),
+        ("mail_user", opts.mail_user),
+    ):
+        if value is not None:
+            _plain(what, value)
+
+
+def _check_job_dir(job_dir: str) -> None:
+    check_job_dir(job_dir, NAME)
+    if not _JOB_DIR.match(job_dir):
+        raise _bad(
+            f"job_dir={job_dir!r}: PBS output paths may hold only letters, digits and _./+@=,~- "
+            "(a ':' means host:path to qsub, a blank splits the directive)"
+        )
+
+
+def job_name(app_name: str, limit: int) -> str:
+    """The ``#PBS -N`` name: the app name, starting with a letter, at most ``limit`` long."""
+    name = app_name if app_name[:1].isalpha() else f"j{app_name}"
+    return name[:limit]
+
+
+def _retries(app: AppDef) -> int:
+    role = app.roles[0]
+    if role.max_retries and role.retry_policy is RetryPolicy.REPLICA:
+        raise _bad(
+            f"role {role.name!r}: retry_policy=replica cannot be honoured (the replicas start "
+            "and end together); use role or application"
+        )
+    return role.max_retries
+
+
+def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
+    res = role.resource
+    n = role.num_replicas
+    if opts.resource_style is ResourceStyle.SELECT:
+        chunk = [str(n)]
+        if res.cpu:
+            chunk.append(f"ncpus={res.cpu}")
+        chunk.append("mpiprocs=1")
+        if res.gpu:
+            chunk.append(f"ngpus={res.gpu}")
+        for name, count in sorted(res.devices.items()):
+            if not _RESOURCE.match(name):
+                raise _bad(f"role {role.name!r}: device {name!r} is not a PBS resource name")
+            chunk.append(f"{name}={count}")
+        # Slurm's qsub wrapper reads a chunk's mem up to the next comma: keep it last.
+        if opts.mem and res.mem_mb:
+            chunk.append(f"mem={res.mem_mb}mb")
+        lines = [f"#PBS -l select={':'.join(chunk)}"]
+        if opts.place:
+            lines.append(f"#PBS -l place={opts.place}")
+        return lines
+    if res.devices:
+        names = ", ".join(sorted(res.devices))
+        raise _bad(
+            f"role {role.name!r}: devices ({names}) need resource_style=select (Torque's "
+            "node spec has no custom resources)"
+        )
+    spec = [f"nodes={n}", f"ppn={max(res.cpu, 1)}"]
+    if res.gpu:
+        spec.append(f"gpus={res.gpu}")
+    lines = [f"#PBS -l {':'.join(spec)}"]
+    if opts.mem and res.mem_mb:
+        # Torque's mem is the job's total over all its nodes.
+        lines.append(f"#PBS -l mem={res.mem_mb * n}mb")
+    return lines
+
+
+def _directives(app: AppDef, opts: PbsOptions, out_path: str) -> list[str]:
+    role = app.roles[0]
+    lines = [f"#PBS -N {job_name(app.name, opts.job_name_max)}"]
+    if opts.queue:
+        lines.append(f"#PBS -q {opts.queue}")
+    if opts.account:
+        lines.append(f"#PBS -A {opts.account}")
+    lines += _resource_lines(role, opts)
+    if opts.walltime:
+        lines.append(f"#PBS -l walltime={opts.walltime}")
+    lines += ["#PBS -j oe", f"#PBS -o {out_path}"]
+    if opts.export_env:
+        lines.append("#PBS -V")
+    if opts.mail_events:
+        lines.append(f"#PBS -m {opts.mail_events}")
+    if opts.mail_user:
+        lines.append(f"#PBS -M {opts.mail_user}")
+    if opts.depend:
+        lines.append(f"#PBS -W depend={opts.depend}")
+    lines += _check_qsub_args(opts.qsub_args)
+    return lines
+
+
+def _macro_values(role: Role) -> MacroValues:
+    return {
+        Macro.APP_ID: ShellExpr("$DISTSPEC_APP_ID"),
+        Macro.REPLICA_ID: ShellExpr("$DISTSPEC_REPLICA_ID"),
+        Macro.NUM_REPLICAS: str(role.num_replicas),
+        Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
+        Macro.IMG_ROOT: role.image if role.image else ShellExpr("$DISTSPEC_WORKDIR"),
+    }
+
+
+def _task(role: Role) -> str:
+    return (
+        "# One replica. $1 is its id (pbsdsh, direct), or empty: then the MPI launcher's rank\n"
+        "# (MPICH/Intel MPI: PMI_RANK, Cray PALS: PALS_RANKID, Open MPI: OMPI_COMM_WORLD_RANK,\n"
+        "# PMIx: PMIX_RANK, Slurm's mpiexec wrapper: SLURM_PROCID). It runs in its own bash on\n"
+        "# its host, logs beside the others and records its host and exit code there.\n"
+    ) + task_function(
+        setup=[
+            "local id=${1:-${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-"
+            "${SLURM_PROCID:-}}}}}}",
+            "if [[ -z $id ]]; then",
+            '  echo "distspec: no replica id: the launcher set none of PMI_RANK, PALS_RANKID, '
+            'OMPI_COMM_WORLD_RANK, PMIX_RANK" >&2',
+            "  return 1",
+            "fi",
+            "export DISTSPEC_REPLICA_ID=$id",
+        ],
+        base='"$DISTSPEC_JOB_DIR"/' + shell_word(role.name, {}) + "-$id",
+        host="hostname",
+        run=['cd "$DISTSPEC_WORKDIR" || return 1', 'distspec_role >> "$base.log" 2>&1 < /dev/null'],
+    )
+
+
+_WAIT = """\
+# Waits for the $1 launcher processes started in the background and returns 0, or the
+# first failure's exit code after stopping the others.
+distspec_wait() {
+  local left=$1 code
+  while (( left > 0 )); do
+    wait -n
+    code=$?
+    if (( code != 0 )); then
+      kill $(jobs -p) 2>/dev/null
+      wait
+      return "$code"
+    fi
+    left=$((left - 1))
+  done
+  return 0
+}
+
+# qdel (and Slurm's scancel under its PBS wrappers) sends SIGTERM first: note it, so the
+# job reads as cancelled rather than failed, and take the launchers down with the script.
+distspec_terminated() {
+  echo TERM > "$DISTSPEC_JOB_DIR/signal"
+  kill $(jobs -p) 2>/dev/null
+  exit 143
+}
+trap distspec_terminated TERM
+trap 'echo "$?" > "$DISTSPEC_JOB_DIR/exit"' EXIT
+"""
+
+
+def _launch_lines(role: Role, opts: PbsOptions) -> list[str]:
+    """Start the replicas in the background; sets ``distspec_started`` to how many
+    launcher processes there are."""
+    n = role.num_replicas
+    if n == 1:
+        return [
+            "  # One node: no launcher, the replica runs here.",
+            "  distspec_task 0 &",
+            "  distspec_started=1",
+        ]
+    if opts.launcher is Launcher.MPIEXEC:
+        extra = " ".join(shell_word(a, {}) for a in opts.mpiexec_args)
+        return [
+            f"  # One mpiexec: {n} ranks, one per host; each task reads its launcher's rank.",
+            f'  mpiexec -n {n} {extra + " " if extra else ""}/bin/bash "$DISTSPEC_TASK" &',
+            "  distspec_started=1",
+        ]
+    return [
+        "  # One pbsdsh per host: -n is the host's first line in $PBS_NODEFILE (its",
+        "  # vnode index); the replica id is passed as the task's argument.",
+        "  distspec_started=0",
+        f"  for ((i = 0; i < {n}; i++)); do",
+        '    pbsdsh -n "${distspec_vnodes[i]}" -- /bin/bash "$DISTSPEC_TASK" "$i" &',
+        "    distspec_started=$((distspec_started + 1))",
+        "  done",
+    ]
+
+
+def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) -> str:
+    """The qsub script for ``app``: pure text, the same for the same inputs."""
+    _check_job_dir(job_dir)
+    _check_options(opts)
+    retries = _retries(app)
+    role = app.roles[0]
+    n = role.num_replicas
+    base = job_dir.rstrip("/") or "/"
+    folder = f"{base.rstrip('/')}/{app_id}"
+    out_path = f"{folder}.out"
+    launcher = "none (one node)" if n == 1 else f"{opts.launcher.value}"
+
+    hint = (
+        " (-cfg place=scatter puts each replica on its own host)"
+        if opts.resource_style is ResourceStyle.SELECT and not opts.place.startswith("scatter")
+        else ""
+    )
+    out = ["#!/bin/bash", *_directives(app, opts, out_path)]
+    out += [
+        f"# Generated by distspec for app {app_id}: role {role.name}, {n} node(s), one",
+        f"# process per node, launcher {launcher}. Submit by hand with:",
+        f"#   qsub -j oe -o {out_path} {app_id}.pbs",
+        "# (an explicit -o: some qsub front ends override #PBS -o with their own default).",
+        "",
+        "# Replica i of the role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
+        "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
+        'mkdir -p "$DISTSPEC_JOB_DIR" || exit 1',
+        "export DISTSPEC_APP_ID=$PBS_JOBID",
+        "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",
+        "export DISTSPEC_WORKDIR="
+        + (shell_word(role.image, {}) if role.image else '"${PBS_O_WORKDIR:-$PWD}"'),
+        "",
+        "# The hosts: $PBS_NODEFILE lists one line per slot, so keep each host's first line",
+        "# (its index is the host's vnode for pbsdsh -n). Slurm's PBS wrappers set no",
+        "# PBS_NODEFILE; their generate_pbs_nodefile writes one.",
+        "distspec_nodefile=${PBS_NODEFILE:-}",
+        "if [[ -z $distspec_nodefile ]] && command -v generate_pbs_nodefile > /dev/null; then",
+        "  distspec_nodefile=$(generate_pbs_nodefile)",
+        "fi",
+        "if [[ -r $distspec_nodefile ]]; then",
+        "  mapfile -t distspec_hosts < <(awk 'NF && !seen[$1]++ {print $1}' \"$distspec_nodefile\")",
+        "  mapfile -t distspec_vnodes < <(awk 'NF && !seen[$1]++ {print NR - 1}' \"$distspec_nodefile\")",
+        "else",
+        '  distspec_hosts=("$(hostname)") distspec_vnodes=(0)',
+        "fi",
+        f"if (( ${{#distspec_hosts[@]}} < {n} )); then",
+        f'  echo "distspec: {n} hosts needed, PBS gave ${{#distspec_hosts[@]}}: ${{distspec_hosts[*]}}'
+        f'{hint}" >&2',
+        "  exit 1",
+        "fi",
+    ]
+    host = rank0_host_word(opts.rank0_host, '"${distspec_hosts[0]}"')
+    out += [
+        "# The rendezvous host: the first host of the nodefile, where rank 0 runs.",
+        f"export DISTSPEC_RANK0_HOST={host}",
+        "",
+        "# The role's command, run by every task: $DISTSPEC_REPLICA_ID is the task's own id.",
+        role_function("distspec_role", role, _macro_values(role)),
+        _task(role),
+        "# The task file every host runs (the spooled script is only on this host).",
+        'export DISTSPEC_TASK="$DISTSPEC_JOB_DIR/task.sh"',
+        "{",
+        "  echo '#!/bin/bash'",
+        "  printf 'export %s=%q\\n' DISTSPEC_JOB_DIR \"$DISTSPEC_JOB_DIR\" DISTSPEC_APP_ID "
+        '"$DISTSPEC_APP_ID" \\',
+        '    DISTSPEC_WORKDIR "$DISTSPEC_WORKDIR" DISTSPEC_RANK0_HOST "$DISTSPEC_RANK0_HOST"',
+        "  declare -f distspec_role distspec_task",
+        "  echo 'distspec_task \"$@\"'",
+        '} > "$DISTSPEC_TASK" || exit 1',
+        "",
+        _WAIT,
+        "# A failed attempt is retried max_retries times; each attempt clears the previous",
+        "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
+        "# files decide the script's exit code.",
+    ]
+    attempt = [
+        *_launch_lines(role, opts),
+        '  distspec_wait "$distspec_started"',
+        "  distspec_code=$?",
+        "  distspec_missing=0",
+        f"  for ((i = {n} - 1; i >= 0; i--)); do",
+        "    distspec_exit=" + shell_word(f"{role.name}-", {}) + '"$i.exit"',
+        "    if [[ -s $DISTSPEC_JOB_DIR/$distspec_exit ]]; then",
+        '      read -r distspec_c < "$DISTSPEC_JOB_DIR/$distspec_exit"',
+        "      (( distspec_c != 0 )) && distspec_code=$distspec_c",
+        "    else",
+        "      distspec_missing=$((distspec_missing + 1))",
+        "    fi",
+        "  done",
+        "  if (( distspec_missing > 0 )); then",
+        '    echo "distspec: $distspec_missing replica(s) recorded no exit code" >&2',
+        "    (( distspec_code == 0 )) && distspec_code=1",
+        "  fi",
+    ]
+    out += attempt_loop(attempt, retries)
+    return "\n".join(out) + "\n"

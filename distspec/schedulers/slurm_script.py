@@ -1,0 +1,422 @@
+"""The pure half of the Slurm backend: AppDef + options -> one sbatch script.
+
+A single-role app is a plain job (``--nodes=N``, or ``--nodes=MIN-MAX`` when
+elastic); several roles make a heterogeneous job, one component per role, started
+as one srun step per role with one task per node. Every replica's command runs in
+a ``bash -c`` of its own, so ``${replica_id}`` (``$SLURM_NODEID``) is the task's
+own value, not the batch step's. The script's size does not depend on the node
+count. The job folder it writes is described in :mod:`distspec.schedulers._batch`.
+
+Nothing here runs a command or reads the environment.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from distspec.errors import CompileError
+from distspec.schedulers._batch import (
+    attempt_loop,
+    check_job_dir,
+    check_rank0_host,
+    rank0_host_word,
+    role_function,
+    task_function,
+)
+from distspec.schedulers._common import MacroValues, ShellExpr, log_file_name, shell_word
+from distspec.specs.app import AppDef, RetryPolicy, Role
+from distspec.specs.macros import Macro
+from distspec.specs.options import option
+
+__all__ = ["NAME", "GpuFlag", "SlurmOptions", "compile_script", "sbatch_value"]
+
+NAME = "slurm"
+
+
+class GpuFlag(str, enum.Enum):
+    """How GPUs are requested: ``--gpus-per-node=G`` or ``--gres=gpu:G``."""
+
+    GPUS_PER_NODE = "gpus-per-node"
+    GRES = "gres"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmOptions:
+    """Run options of the Slurm backend (``-cfg k=v``); each maps to one sbatch/srun flag."""
+
+    partition: str | None = option(None, "Partition to submit to (--partition).")
+    account: str | None = option(None, "Account to charge (--account).")
+    qos: str | None = option(None, "Quality of service (--qos).")
+    time: str | None = option(
+        None, "Time limit (--time): MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED."
+    )
+    constraint: str | None = option(None, "Node features required (--constraint).")
+    nodelist: str | None = option(None, "Nodes to run on (--nodelist), e.g. n[0-3].")
+    exclude: str | None = option(None, "Nodes to avoid (--exclude).")
+    exclusive: bool = option(False, "Whole nodes, shared with no other job (--exclusive).")
+    comment: str | None = option(None, "Free-text job comment (--comment).")
+    mail_user: str | None = option(None, "Where Slurm mails job events (--mail-user).")
+    mail_type: str | None = option(
+        None, "Which events are mailed (--mail-type), e.g. END,FAIL or ALL."
+    )
+    job_dir: str | None = option(
+        None,
+        "Absolute directory for the submitted script and the logs; the default is "
+        "<state dir>/slurm. Must be on a filesystem the nodes share.",
+    )
+    requeue: bool = option(
+        False,
+        "Requeue the job when its time limit nears: --requeue plus --signal=B:SIG@SECS and "
+        "a trap that runs `scontrol requeue`.",
+    )
+    requeue_signal: str = option("USR1", "The signal sent ahead of the time limit (requeue).")
+    requeue_before: int = option(
+        120, "Seconds before the time limit to send requeue_signal (Slurm is ~60 s precise)."
+    )
+    kill_on_bad_exit: bool = option(
+        True, "Stop every replica of a role when one of them fails (srun --kill-on-bad-exit)."
+    )
+    gpu_flag: GpuFlag = option(
+        GpuFlag.GPUS_PER_NODE, "How GPUs are requested: gpus-per-node or gres (gpu:G)."
+    )
+    mem: bool = option(
+        True, "Request the role's memory (--mem); false on clusters that reject --mem."
+    )
+    rank0_host: str = option(
+        "{host}",
+        "Rendezvous host template; {host} is the first node's name, e.g. {host}-ib for "
+        "clusters whose fast network has its own hostnames.",
+    )
+    sbatch_args: tuple[str, ...] = option(
+        (), "Extra sbatch flags, each --name or --name=value, separated by ';'."
+    )
+    srun_args: tuple[str, ...] = option(
+        (), "Extra srun flags for every step, each --name or --name=value, separated by ';'."
+    )
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_TIME = re.compile(
+    r"^(UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}(:\d{1,2})?)?)$"
+)
+_MAIL_TYPES = _words(
+    "NONE BEGIN END FAIL REQUEUE ALL INVALID_DEPEND STAGE_OUT TIME_LIMIT "
+    "TIME_LIMIT_90 TIME_LIMIT_80 TIME_LIMIT_50 ARRAY_TASKS"
+)
+_SIGNALS = _words("HUP INT QUIT USR1 USR2 TERM CONT STOP TSTP URG XCPU XFSZ VTALRM PROF WINCH PWR")
+_FLAG = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(=.*)?$", re.DOTALL)
+_GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+# Flags distspec writes itself; the value would be silently overridden or break the
+# layout (log paths, one task per node), so extra flags may not set them.
+_SBATCH_OWN = _words(
+    "job-name output error open-mode nodes ntasks ntasks-per-node cpus-per-task mem "
+    "gpus-per-node gres hetjob parsable wait array signal requeue no-requeue"
+)
+_SRUN_OWN = _words(
+    "output error open-mode nodes ntasks ntasks-per-node cpus-per-task het-group "
+    "kill-on-bad-exit export chdir"
+)
+# Flags that have their own run option: say which.
+_FLAG_OPTIONS = {
+    "partition": "partition",
+    "account": "account",
+    "qos": "qos",
+    "time": "time",
+    "constraint": "constraint",
+    "nodelist": "nodelist",
+    "exclude": "exclude",
+    "exclusive": "exclusive",
+    "comment": "comment",
+    "mail-user": "mail_user",
+    "mail-type": "mail_type",
+}
+
+
+def _bad(message: str) -> CompileError:
+    return CompileError(NAME, message)
+
+
+def sbatch_value(text: str) -> str:
+    """``text`` quoted for an ``#SBATCH`` line, which sbatch splits itself (not bash).
+
+    sbatch drops double and single quotes and keeps what is between them (no
+    backslash escapes), so each run of non-``"`` characters goes in double quotes
+    and each ``"`` in single quotes. A line break cannot be expressed at all.
+    """
+    if any(c in text for c in "\n\r\x00"):
+        raise _bad(f"{text!r}: an #SBATCH value cannot contain a line break")
+    if re.fullmatch(r"[A-Za-z0-9_.,:@%/+=-]+", text):
+        return text
+    parts = re.split(r'(")', text)
+    return "".join("'\"'" if p == '"' else f'"{p}"' for p in parts if p) or '""'
+
+
+def _check_flags(flags: Sequence[str], own: frozenset[str], option_name: str) -> None:
+    for flag in flags:
+        match = _FLAG.match(flag)
+        if match is None:
+            raise _bad(
+                f"{option_name}: {flag!r} is not a long flag; write each as --name or --name=value"
+            )
+        name = match.group(1)
+        if name in own:
+            raise _bad(f"{option_name}: --{name} is set by distspec itself and cannot be changed")
+        if name in _FLAG_OPTIONS:
+            raise _bad(f"{option_name}: use -cfg {_FLAG_OPTIONS[name]}=... instead of --{name}")
+
+
+def _check_options(opts: SlurmOptions) -> None:
+    if opts.time is not None and not _TIME.match(opts.time):
+        raise _bad(f"time={opts.time!r}: expected MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
+    if opts.mail_type is not None:
+        unknown = [t for t in opts.mail_type.split(",") if t.upper() not in _MAIL_TYPES]
+        if unknown:
+            raise _bad(
+                f"mail_type: unknown event(s) {', '.join(unknown)}; use {', '.join(sorted(_MAIL_TYPES))}"
+            )
+    signal = opts.requeue_signal.upper().removeprefix("SIG")
+    if signal not in _SIGNALS and not (signal.isdigit() and 0 < int(signal) < 65):
+        raise _bad(f"requeue_signal={opts.requeue_signal!r}: not a signal name or number")
+    if opts.requeue_before < 0 or opts.requeue_before > 65535:
+        raise _bad(f"requeue_before={opts.requeue_before}: expected 0..65535 seconds")
+    check_rank0_host(opts.rank0_host, NAME)
+    _check_flags(opts.sbatch_args, _SBATCH_OWN, "sbatch_args")
+    _check_flags(opts.srun_args, _SRUN_OWN, "srun_args")
+
+
+def _check_job_dir(job_dir: str) -> None:
+    check_job_dir(job_dir, NAME)
+    # Slurm expands %-patterns in log paths and ignores all of them after a backslash.
+    if any(c in job_dir for c in "%\\\n\r"):
+        raise _bad(f"job_dir={job_dir!r}: Slurm log paths cannot contain %, \\ or a line break")
+
+
+def _retries(app: AppDef) -> int:
+    """How often the batch script reruns its steps after a failure (whole app)."""
+    retries = max(role.max_retries for role in app.roles)
+    for role in app.roles:
+        if role.max_retries and role.retry_policy is RetryPolicy.REPLICA:
+            raise _bad(
+                f"role {role.name!r}: retry_policy=replica cannot be honoured (a role's replicas "
+                "are one srun step); use role or application"
+            )
+        if role.max_retries and role.retry_policy is RetryPolicy.ROLE and len(app.roles) > 1:
+            raise _bad(
+                f"role {role.name!r}: retry_policy=role in a multi-role app; Slurm reruns "
+                "the whole job's steps (application)"
+            )
+    return retries
+
+
+def _resources(role: Role, opts: SlurmOptions) -> list[str]:
+    res = role.resource
+    flags = ["--ntasks-per-node=1"]
+    if res.cpu:
+        flags.append(f"--cpus-per-task={res.cpu}")
+    if opts.mem and res.mem_mb:
+        flags.append(f"--mem={res.mem_mb}")
+    gres = []
+    if res.gpu:
+        if opts.gpu_flag is GpuFlag.GRES:
+            gres.append(f"gpu:{res.gpu}")
+        else:
+            flags.append(f"--gpus-per-node={res.gpu}")
+    for name, count in sorted(res.devices.items()):
+        if not _GRES.match(name):
+            raise _bad(f"role {role.name!r}: device {name!r} is not a Slurm gres name")
+        gres.append(f"{name}:{count}")
+    if gres:
+        flags.append(f"--gres={','.join(gres)}")
+    return flags
+
+
+def _job_flags(app: AppDef, opts: SlurmOptions, job_dir: str) -> list[str]:
+    flags = [
+        f"--job-name={app.name}",
+        f"--output={job_dir}/{app.name}-%j.out",
+        # Appending keeps earlier attempts' output when the job is requeued.
+        "--open-mode=append",
+    ]
+    simple = [
+        ("partition", opts.partition),
+        ("account", opts.account),
+        ("qos", opts.qos),
+        ("time", opts.time),
+        ("constraint", opts.constraint),
+        ("nodelist", opts.nodelist),
+        ("exclude", opts.exclude),
+        ("comment", opts.comment),
+        ("mail-user", opts.mail_user),
+        ("mail-type", opts.mail_type),
+    ]
+    flags += [f"--{name}={value}" for name, value in simple if value is not None]
+    if opts.exclusive:
+        flags.append("--exclusive")
+    if opts.requeue:
+        signal = opts.requeue_signal.upper().removeprefix("SIG")
+        flags += ["--requeue", f"--signal=B:{signal}@{opts.requeue_before}"]
+    flags += list(opts.sbatch_args)
+    return flags
+
+
+def _directive(flag: str) -> str:
+    name, sep, value = flag.partition("=")
+    return f"#SBATCH {name}{sep}{sbatch_value(value)}" if sep else f"#SBATCH {name}"
+
+
+def _task() -> str:
+    return (
+        "# Runs one replica: $1 is the role, $2 the function holding its command. It records\n"
+        "# the node and the exit code beside the log, since Slurm keeps one code per step.\n"
+    ) + task_function(
+        base='"$DISTSPEC_JOB_DIR/$1-$SLURM_NODEID"',
+        host='echo "${SLURMD_NODENAME:-$HOSTNAME}"',
+        run=['"$2"'],
+    )
+
+
+_WAIT = """\
+# Waits for the $1 srun steps started in the background and returns 0, or the first
+# failure's exit code after stopping the other steps. A trapped signal interrupts
+# `wait`; the requeue trap sets distspec_interrupted so the loop waits again.
+distspec_wait() {
+  local left=$1 code
+  while (( left > 0 )); do
+    distspec_interrupted=0
+    wait -n
+    code=$?
+    (( distspec_interrupted )) && continue
+    if (( code != 0 )); then
+      kill $(jobs -p) 2>/dev/null
+      wait
+      return "$code"
+    fi
+    left=$((left - 1))
+  done
+  return 0
+}
+"""
+
+_REQUEUE = """\
+# Slurm sends SIG{signal} {secs} s before the time limit (--signal=B:...): requeue the job,
+# which then starts again from the top with the same job id.
+distspec_requeue() {{
+  distspec_interrupted=1
+  echo "distspec: SIG{signal} before the time limit: requeueing job $SLURM_JOB_ID" >&2
+  echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) > "$DISTSPEC_JOB_DIR/requeues"
+  scontrol requeue "$SLURM_JOB_ID"
+}}
+trap distspec_requeue {signal}
+"""
+
+
+def _macro_values(role: Role) -> MacroValues:
+    return {
+        Macro.APP_ID: ShellExpr("$SLURM_JOB_ID"),
+        Macro.REPLICA_ID: ShellExpr("$SLURM_NODEID"),
+        # Inside a step this is the step's (for a hetjob: the component's) node count.
+        Macro.NUM_REPLICAS: ShellExpr("$SLURM_JOB_NUM_NODES"),
+        Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
+        Macro.IMG_ROOT: role.image if role.image else ShellExpr("$SLURM_SUBMIT_DIR"),
+    }
+
+
+def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool) -> str:
+    """The role's step, started in the background. The role name reaches the task as
+    ``$1`` of its ``bash -c``, whose functions come from ``declare -f`` in this shell."""
+    res = role.resource
+    flags = []
+    if het:
+        flags.append(f"--het-group={index}")
+    flags.append("--ntasks-per-node=1")
+    # srun 22.05+ no longer inherits --cpus-per-task from the job: pass it again, or each
+    # task is confined to one CPU where task affinity is enforced.
+    if res.cpu:
+        flags.append(f"--cpus-per-task={res.cpu}")
+    flags.append(f"--kill-on-bad-exit={1 if opts.kill_on_bad_exit else 0}")
+    flags.append("--open-mode=append")
+    if role.image:
+        flags.append("--chdir=" + shell_word(role.image, {}))
+    flags += [shell_word(f, {}) for f in opts.srun_args]
+    log = shell_word(log_file_name(role.name, "%t"), {})
+    func = f"distspec_role_{index}"
+    return (
+        f'  srun {" ".join(flags)} --output="$DISTSPEC_JOB_DIR"/{log} \\\n'
+        f'    bash -c "$(declare -f distspec_task {func})"\'; distspec_task "$1" {func}\' '
+        f"distspec-task {shell_word(role.name, {})} &"
+    )
+
+
+def _nodes(role: Role) -> str:
+    return f"{role.min_replicas}-{role.num_replicas}" if role.elastic else str(role.num_replicas)
+
+
+def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str) -> str:
+    """The sbatch script for ``app``: pure text, the same for the same inputs."""
+    if not _JOB_NAME.match(app.name):
+        raise _bad(f"app name {app.name!r} is not a valid Slurm job name")
+    _check_job_dir(job_dir)
+    _check_options(opts)
+    retries = _retries(app)
+    het = len(app.roles) > 1
+    base = job_dir.rstrip("/")
+
+    out = ["#!/bin/bash"]
+    for index, role in enumerate(app.roles):
+        if index == 0:
+            # Job-wide flags go in the first component; a hetjob propagates them.
+            out += [_directive(f) for f in _job_flags(app, opts, base)]
+        else:
+            out.append("#SBATCH hetjob")
+        out.append(f"#SBATCH --nodes={_nodes(role)}")
+        out += [_directive(f) for f in _resources(role, opts)]
+    kind = "heterogeneous job, one component per role" if het else "one role"
+    out += [
+        f"# Generated by distspec for app {app_id} ({kind}). Submit by hand with:",
+        f"#   sbatch {app_id}.sbatch",
+        *(f"# role {role.name}: {_nodes(role)} node(s), one task per node" for role in app.roles),
+        "",
+        "# Replica i of a role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
+        "export DISTSPEC_JOB_DIR=" + shell_word(f"{base}/{app.name}-", {}) + '"$SLURM_JOB_ID"',
+        'mkdir -p "$DISTSPEC_JOB_DIR" || exit 1',
+        'echo "${SLURM_RESTART_COUNT:-0}" > "$DISTSPEC_JOB_DIR/requeues"',
+    ]
+    nodelist = (
+        '"${SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}"'
+        if het
+        else '"$SLURM_JOB_NODELIST"'
+    )
+    host = rank0_host_word(opts.rank0_host, '"$distspec_host"')
+    out += [
+        "# The rendezvous host: the first node of the (first role's) allocation.",
+        f"distspec_host=$(scontrol show hostnames {nodelist} | head -n1)",
+        f"export DISTSPEC_RANK0_HOST={host}",
+        "",
+        "# Each role's command, run by every task of its step: $SLURM_NODEID is the",
+        "# task's own node index there.",
+    ]
+    out += [
+        role_function(f"distspec_role_{index}", role, _macro_values(role))
+        for index, role in enumerate(app.roles)
+    ]
+    out += [_task(), _WAIT]
+    if opts.requeue:
+        signal = opts.requeue_signal.upper().removeprefix("SIG")
+        out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
+    out += [
+        "# One srun step per role. A failed attempt is retried max_retries times;",
+        "# each attempt clears the previous attempt's exit codes.",
+    ]
+    steps = [_srun_line(index, role, opts, het) for index, role in enumerate(app.roles)]
+    out += attempt_loop(
+        [*steps, f"  distspec_wait {len(app.roles)}", "  distspec_code=$?"], retries
+    )
+    return "\n".join(out) + "\n"
