@@ -151,8 +151,7 @@ def parse_qstat_full(text: str) -> dict[str, dict[str, str]]:
 
 
 def _exit_status(attrs: Mapping[str, str]) -> int | None:
-    text = attrs.get("Exit_status", attrs.get("exit_status", "")).strip()
-    return int(text) if re.fullmatch(r"-?\d+", text) else None
+    return parse_int(attrs.get("Exit_status", attrs.get("exit_status", "")).strip())
 
 
 def _exec_hosts(text: str) -> list[str]:

@@ -94,6 +94,7 @@ _SEVERITY = (
     AppState.SUCCEEDED,
 )
 
+
 # -- hostlists, parsing -------------------------------------------------------
 
 
