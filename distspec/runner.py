@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
 from distspec.specs.app import AppDef
-from distspec.specs.handles import AppHandle
 
 if TYPE_CHECKING:
     from distspec.config import Config
     from distspec.schedulers._registry import SchedulerRegistry
     from distspec.schedulers.api import AppSummary, CommandRunner, Request, Scheduler
+    from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus
 
 __all__ = ["LogLine", "Runner", "new_app_id"]
@@ -113,6 +113,8 @@ class Runner:
         sched = self.scheduler(request.scheduler)
         sched.preflight(request)
         app_id = sched.submit(request)
+        from distspec.specs.handles import AppHandle
+
         return AppHandle(scheduler=request.scheduler, session=self.session, app_id=app_id)
 
     def run(self, app: AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None) -> AppHandle:
@@ -121,6 +123,8 @@ class Runner:
 
     def _resolve(self, handle: AppHandle | str) -> tuple[AppHandle, Scheduler[Any]]:
         if isinstance(handle, str):
+            from distspec.specs.handles import AppHandle
+
             handle = AppHandle.parse(handle)
         return handle, self.scheduler(handle.scheduler)
 

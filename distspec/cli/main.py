@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from distspec._argparse import HelpFormatter
 
 __all__ = ["main"]
 
@@ -39,6 +42,10 @@ real job on the local machine, Slurm or Kubernetes.
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a mistake as one line and exit code 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
@@ -57,7 +64,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="distspec",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=_version())
     # An explicit prog keeps argparse from building a help formatter (and importing

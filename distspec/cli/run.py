@@ -32,7 +32,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
         "-s", "--scheduler", help="backend: local_cwd (default), slurm, kubernetes, or a plugin"

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from distspec._argparse import HelpFormatter
 from distspec.errors import ComponentError
 from distspec.specs.app import AppDef
 
@@ -499,7 +500,7 @@ def _parser(
         add_help=False,
         allow_abbrev=False,
         description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.component_name = component.name
     parser.add_argument("--help", action=_HelpAction, nargs=0, help="show this help and exit")

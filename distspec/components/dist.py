@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from distspec.errors import ComponentError
 from distspec.specs.app import SCRIPT_METADATA, AppDef, Resource, Role
 from distspec.specs.frozen import FrozenDict, frozendict
-from distspec.specs.mounts import parse_mounts
 from distspec.specs.topology import Topology
 from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
+
+if TYPE_CHECKING:
+    from distspec.specs.mounts import Mount
 
 __all__ = ["DEBUG_ENV", "ddp", "spmd"]
 
@@ -253,7 +256,7 @@ def _torchrun_app(
         resource=resource,
         port_map=frozendict({"c10d": rdzv_port} if topology.nodes > 1 else {}),
         max_retries=max_retries,
-        mounts=parse_mounts(group_mounts(mounts or [])),
+        mounts=_mounts(mounts),
         metadata=frozendict({SCRIPT_METADATA: script} if script else {}),
     )
     return AppDef(name=name or role_name, roles=(role,))
@@ -289,6 +292,14 @@ def role_name_for(*, script: str | None, module: str | None) -> str:
         base = (module or "").rsplit(".", 1)[-1]
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", base).lstrip("_.-")
     return cleaned or "worker"
+
+
+def _mounts(items: list[str] | None) -> tuple[Mount, ...]:
+    if not items:
+        return ()
+    from distspec.specs.mounts import parse_mounts
+
+    return parse_mounts(group_mounts(items))
 
 
 def group_mounts(items: list[str]) -> list[str]:
