@@ -1,10 +1,10 @@
 """The job folder that the batch-script backends (Slurm, PBS) share, written and read.
 
 Both submit one script per app. The script runs every replica through a wrapper,
-``distspec_task``, that records beside the replica's log::
+``distspec_task``, and keeps its bookkeeping beside the replicas' logs::
 
-    <folder>/<role>-<i>.host   the host it runs on, written when it starts
-    <folder>/<role>-<i>.exit   its exit code, written when it exits
+    <folder>/<role>-<i>.host   the host it runs on, written by the wrapper at start
+    <folder>/<role>-<i>.exit   its exit code, written by the wrapper when it exits
     <folder>/attempt           the in-script attempt (0 first), from the retry loop
     <folder>/requeues          Slurm only: how often the job was requeued
     <folder>/exit, signal      PBS only: the script's exit code; present after SIGTERM
@@ -14,7 +14,10 @@ record per job, ``<state dir>/<scheduler>/jobs/<job id>.json``, so that describe
 log find the folder from any working directory.
 
 Here are both halves of that contract: the script fragments that write the files
-(pure text) and :class:`BatchScheduler`, the effectful glue that reads them.
+(pure text, used by ``slurm_script`` and ``pbs_script``) and :class:`BatchScheduler`,
+the effectful glue both schedulers share (job_dir, writing the script and the
+record, reading the folder and the replicas' logs). Backends never import each
+other; what they share is here.
 """
 
 from __future__ import annotations
