@@ -87,12 +87,9 @@ _READ_ATTEMPTS = 3
 
 def render_yaml(docs: list[dict[str, Any]], *, header: str = "") -> str:
     """Multi-document YAML in the documents' own key order (``kubectl apply -f -`` reads it)."""
-    import yaml
+    from distspec._yaml import dump_all
 
-    body = yaml.safe_dump_all(
-        docs, sort_keys=False, default_flow_style=False, explicit_start=True, width=1000
-    )
-    return header + body
+    return header + dump_all(docs)
 
 
 def split_app_id(app_id: str) -> tuple[str | None, str]:
