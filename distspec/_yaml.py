@@ -20,7 +20,7 @@ __all__ = ["dump", "dump_all"]
 
 _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@-]*(?::[A-Za-z0-9_./@-]+)*")
 # YAML 1.1 resolves these plain words to booleans or null.
-_RESERVED = frozenset("y yes n no true false on off null".split())
+_RESERVED = frozenset(["y", "yes", "n", "no", "true", "false", "on", "off", "null"])
 # Inside double quotes YAML folds or rejects these; JSON leaves them raw.
 _SPECIAL = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
 
