@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from distspec.errors import CompileError, SchedulerError, UsageError
 from distspec.schedulers._common import (
@@ -39,7 +39,9 @@ from distspec.schedulers._common import (
 )
 from distspec.schedulers.api import CommandResult, Request, Scheduler
 from distspec.specs.app import Role
-from distspec.specs.state import AppState
+
+if TYPE_CHECKING:
+    from distspec.specs.state import AppState
 
 __all__ = [
     "BatchScheduler",
@@ -190,6 +192,8 @@ def replica_host(files: Mapping[str, str], role: str, replica: int, hosts: Seque
 
 
 def replica_state(code: int | None, job_state: AppState) -> AppState:
+    from distspec.specs.state import AppState
+
     """A replica's state from its exit code (None: still running or never started)
     and the state of the job around it."""
     if code is None:

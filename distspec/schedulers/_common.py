@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distspec.errors import CompileError
 from distspec.schedulers.api import Capabilities
@@ -16,7 +17,9 @@ from distspec.specs import macros
 from distspec.specs.app import AppDef, Role
 from distspec.specs.frozen import frozendict
 from distspec.specs.macros import Macro
-from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
+
+if TYPE_CHECKING:
+    from distspec.specs.mounts import Mount
 
 __all__ = [
     "MacroValues",
@@ -117,7 +120,9 @@ def check_capabilities(app: AppDef, caps: Capabilities, scheduler: str) -> None:
                 )
 
 
-def _mount_kind(mount: BindMount | VolumeMount | DeviceMount) -> str:
+def _mount_kind(mount: Mount) -> str:
+    from distspec.specs.mounts import BindMount, VolumeMount
+
     if isinstance(mount, BindMount):
         return "bind"
     if isinstance(mount, VolumeMount):
