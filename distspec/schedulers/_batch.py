@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from distspec.specs.state import AppState
 
 __all__ = [
+    "WAIT_FUNCTIONS",
     "BatchScheduler",
     "JobRecord",
     "attempt_loop",
@@ -119,29 +120,107 @@ def task_function(*, base: str, host: str, run: Sequence[str], setup: Sequence[s
     body = [
         *setup,
         f"local base={base}",
+        'local attempt=$(< "$DISTSPEC_JOB_DIR/attempt")',
         f'{host} > "$base.host"',
         *run,
         "local code=$?",
-        'echo "$code" > "$base.exit"',
+        "# A task of a stopped attempt that outlived its launcher (pbsdsh leaves the",
+        "# remote ones running) must not write into the next attempt's files.",
+        '[[ $(< "$DISTSPEC_JOB_DIR/attempt") == "$attempt" ]] && echo "$code" > "$base.exit"',
         'return "$code"',
     ]
     return "distspec_task() {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
 
 
-def attempt_loop(body: Sequence[str], retries: int) -> list[str]:
+WAIT_FUNCTIONS = """\
+# distspec_wait PID...: waits for the launchers started in the background and returns
+# 0, or the first failure's exit code after stopping the others. Each status comes from
+# `wait PID`, which bash keeps even after it reaped the process. `wait -n` only wakes
+# the loop (a child ended, or a trapped signal came): its own status may be that of a
+# launcher of an earlier attempt, since `wait` with no operand does not consume a
+# finished job, and counting that one would end the wait before this attempt's tasks.
+distspec_wait() {
+  local -a left=("$@") running
+  local i pid code woke
+  while (( ${#left[@]} > 0 )); do
+    wait -n
+    woke=$?
+    running=()
+    for ((i = 0; i < ${#left[@]}; i++)); do
+      pid=${left[i]}
+      # kill -0 fails once bash has reaped the launcher; 127: bash has no child left.
+      if (( woke != 127 )) && kill -0 "$pid" 2> /dev/null; then
+        running+=("$pid")
+        continue
+      fi
+      wait "$pid"
+      code=$?
+      if (( code != 0 )); then
+        distspec_stop "${running[@]}" "${left[@]:i+1}"
+        return "$code"
+      fi
+    done
+    left=("${running[@]}")
+  done
+  return 0
+}
+
+# distspec_kill PID...: SIGTERM to each launcher's process group (job control is on
+# while the launchers start, so each leads one), which holds what it started on this
+# host; to the launcher alone where it leads none.
+distspec_kill() {
+  local pid
+  for pid in "$@"; do
+    kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null
+  done
+}
+
+# distspec_stop PID...: kills the launchers and waits for each, so that none is left
+# over, to write into the next attempt's files or to be counted by its wait.
+distspec_stop() {
+  distspec_kill "$@"
+  local pid
+  for pid in "$@"; do
+    wait "$pid" 2> /dev/null
+  done
+}
+"""
+"""Shell functions ``distspec_wait``, ``distspec_kill`` and ``distspec_stop`` that
+:func:`attempt_loop` needs; a script defines them before the loop."""
+
+
+def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = ()) -> list[str]:
     """The script's end: a loop of attempts, then ``exit`` with the last one's code.
 
     Each attempt clears the previous attempt's ``.exit`` and ``.host`` files, writes
-    its number to ``attempt`` and runs ``body`` (lines indented by two, which leave
-    the attempt's exit code in ``distspec_code``); a failure is retried ``retries``
-    times.
+    its number to ``attempt``, runs ``launch`` with job control on (each background
+    launcher gets a process group of its own, so that stopping it stops what it
+    started on this host), waits for the launchers with ``distspec_wait`` (see
+    :data:`WAIT_FUNCTIONS`: the first failure stops the others) and runs ``check``.
+    A failure is retried ``retries`` times.
+
+    Args:
+        launch: lines that start the launchers in the background, each followed by
+            ``distspec_pids+=($!)``; job control leaves their stdin alone, so each
+            one reads ``< /dev/null``.
+        retries: how often a failed attempt is rerun.
+        check: lines after the wait, which may change ``distspec_code``, the
+            attempt's exit code.
+
+    All lines are indented by two.
     """
     return [
         "distspec_attempt=0",
         "while :; do",
         '  rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
         '  echo "$distspec_attempt" > "$DISTSPEC_JOB_DIR/attempt"',
-        *body,
+        "  distspec_pids=()",
+        "  set -m",
+        *launch,
+        "  set +m",
+        '  distspec_wait "${distspec_pids[@]}"',
+        "  distspec_code=$?",
+        *check,
         f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
         "  distspec_attempt=$((distspec_attempt + 1))",
         f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
+    WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
     check_rank0_host,
@@ -313,29 +314,12 @@ def _task(role: Role) -> str:
     )
 
 
-_WAIT = """\
-# Waits for the $1 launcher processes started in the background and returns 0, or the
-# first failure's exit code after stopping the others.
-distspec_wait() {
-  local left=$1 code
-  while (( left > 0 )); do
-    wait -n
-    code=$?
-    if (( code != 0 )); then
-      kill $(jobs -p) 2>/dev/null
-      wait
-      return "$code"
-    fi
-    left=$((left - 1))
-  done
-  return 0
-}
-
+_TRAPS = """\
 # qdel (and Slurm's scancel under its PBS wrappers) sends SIGTERM first: note it, so the
 # job reads as cancelled rather than failed, and take the launchers down with the script.
 distspec_terminated() {
   echo TERM > "$DISTSPEC_JOB_DIR/signal"
-  kill $(jobs -p) 2>/dev/null
+  distspec_kill "${distspec_pids[@]}"
   exit 143
 }
 trap distspec_terminated TERM
@@ -344,29 +328,27 @@ trap 'echo "$?" > "$DISTSPEC_JOB_DIR/exit"' EXIT
 
 
 def _launch_lines(role: Role, opts: PbsOptions) -> list[str]:
-    """Start the replicas in the background; sets ``distspec_started`` to how many
-    launcher processes there are."""
+    """Start the replicas' launchers in the background, each pid in ``distspec_pids``."""
     n = role.num_replicas
     if n == 1:
         return [
             "  # One node: no launcher, the replica runs here.",
-            "  distspec_task 0 &",
-            "  distspec_started=1",
+            "  distspec_task 0 < /dev/null &",
+            "  distspec_pids+=($!)",
         ]
     if opts.launcher is Launcher.MPIEXEC:
         extra = " ".join(shell_word(a, {}) for a in opts.mpiexec_args)
         return [
             f"  # One mpiexec: {n} ranks, one per host; each task reads its launcher's rank.",
-            f'  mpiexec -n {n} {extra + " " if extra else ""}/bin/bash "$DISTSPEC_TASK" &',
-            "  distspec_started=1",
+            f'  mpiexec -n {n} {extra + " " if extra else ""}/bin/bash "$DISTSPEC_TASK" < /dev/null &',
+            "  distspec_pids+=($!)",
         ]
     return [
         "  # One pbsdsh per host: -n is the host's first line in $PBS_NODEFILE (its",
         "  # vnode index); the replica id is passed as the task's argument.",
-        "  distspec_started=0",
         f"  for ((i = 0; i < {n}; i++)); do",
-        '    pbsdsh -n "${distspec_vnodes[i]}" -- /bin/bash "$DISTSPEC_TASK" "$i" &',
-        "    distspec_started=$((distspec_started + 1))",
+        '    pbsdsh -n "${distspec_vnodes[i]}" -- /bin/bash "$DISTSPEC_TASK" "$i" < /dev/null &',
+        "    distspec_pids+=($!)",
         "  done",
     ]
 
@@ -441,15 +423,13 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "  echo 'distspec_task \"$@\"'",
         '} > "$DISTSPEC_TASK" || exit 1',
         "",
-        _WAIT,
+        WAIT_FUNCTIONS,
+        _TRAPS,
         "# A failed attempt is retried max_retries times; each attempt clears the previous",
         "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
         "# files decide the script's exit code.",
     ]
-    attempt = [
-        *_launch_lines(role, opts),
-        '  distspec_wait "$distspec_started"',
-        "  distspec_code=$?",
+    check = [
         "  distspec_missing=0",
         f"  for ((i = {n} - 1; i >= 0; i--)); do",
         "    distspec_exit=" + shell_word(f"{role.name}-", {}) + '"$i.exit"',
@@ -465,5 +445,5 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "    (( distspec_code == 0 )) && distspec_code=1",
         "  fi",
     ]
-    out += attempt_loop(attempt, retries)
+    out += attempt_loop(_launch_lines(role, opts), retries, check=check)
     return "\n".join(out) + "\n"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
+    WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
     check_rank0_host,
@@ -283,33 +284,10 @@ def _task() -> str:
     )
 
 
-_WAIT = """\
-# Waits for the $1 srun steps started in the background and returns 0, or the first
-# failure's exit code after stopping the other steps. A trapped signal interrupts
-# `wait`; the requeue trap sets distspec_interrupted so the loop waits again.
-distspec_wait() {
-  local left=$1 code
-  while (( left > 0 )); do
-    distspec_interrupted=0
-    wait -n
-    code=$?
-    (( distspec_interrupted )) && continue
-    if (( code != 0 )); then
-      kill $(jobs -p) 2>/dev/null
-      wait
-      return "$code"
-    fi
-    left=$((left - 1))
-  done
-  return 0
-}
-"""
-
 _REQUEUE = """\
 # Slurm sends SIG{signal} {secs} s before the time limit (--signal=B:...): requeue the job,
 # which then starts again from the top with the same job id.
 distspec_requeue() {{
-  distspec_interrupted=1
   echo "distspec: SIG{signal} before the time limit: requeueing job $SLURM_JOB_ID" >&2
   echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) > "$DISTSPEC_JOB_DIR/requeues"
   scontrol requeue "$SLURM_JOB_ID"
@@ -330,8 +308,9 @@ def _macro_values(role: Role) -> MacroValues:
 
 
 def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool) -> str:
-    """The role's step, started in the background. The role name reaches the task as
-    ``$1`` of its ``bash -c``, whose functions come from ``declare -f`` in this shell."""
+    """The role's step, started in the background (its pid joins ``distspec_pids``). The
+    role name reaches the task as ``$1`` of its ``bash -c``, whose functions come from
+    ``declare -f`` in this shell."""
     res = role.resource
     flags = []
     if het:
@@ -351,7 +330,8 @@ def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool) -> str:
     return (
         f'  srun {" ".join(flags)} --output="$DISTSPEC_JOB_DIR"/{log} \\\n'
         f'    bash -c "$(declare -f distspec_task {func})"\'; distspec_task "$1" {func}\' '
-        f"distspec-task {shell_word(role.name, {})} &"
+        f"distspec-task {shell_word(role.name, {})} < /dev/null &\n"
+        "  distspec_pids+=($!)"
     )
 
 
@@ -407,7 +387,7 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         role_function(f"distspec_role_{index}", role, _macro_values(role))
         for index, role in enumerate(app.roles)
     ]
-    out += [_task(), _WAIT]
+    out += [_task(), WAIT_FUNCTIONS]
     if opts.requeue:
         signal = opts.requeue_signal.upper().removeprefix("SIG")
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
@@ -416,7 +396,5 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         "# each attempt clears the previous attempt's exit codes.",
     ]
     steps = [_srun_line(index, role, opts, het) for index, role in enumerate(app.roles)]
-    out += attempt_loop(
-        [*steps, f"  distspec_wait {len(app.roles)}", "  distspec_code=$?"], retries
-    )
+    out += attempt_loop(steps, retries)
     return "\n".join(out) + "\n"
