@@ -7,7 +7,9 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -317,7 +319,9 @@ DUMP = (
 )
 
 
-def _run_script(text: str, tmp_path: Path, *, nodes: int = 2) -> subprocess.CompletedProcess[str]:
+def _run_script(
+    text: str, tmp_path: Path, *, nodes: int = 2, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
@@ -341,7 +345,7 @@ def _run_script(text: str, tmp_path: Path, *, nodes: int = 2) -> subprocess.Comp
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
 
 
@@ -466,6 +470,50 @@ def test_retries_rerun_the_steps(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "retry 1 of 2" in proc.stderr
     assert (tmp_path / "jobs" / "retry-42" / "attempt").read_text().strip() == "1"
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie that nobody reaps counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def test_a_failing_step_stops_the_other_steps_tasks(tmp_path: Path) -> None:
+    pid_file = tmp_path / "sleeper.pid"
+    app = AppDef(
+        name="stop",
+        roles=(
+            # Role a fails once role b's task runs; role b's task runs until stopped.
+            Role(
+                name="a",
+                entrypoint="bash",
+                args=("-c", f"while [[ ! -s {pid_file} ]]; do sleep 0.01; done; exit 3"),
+            ),
+            Role(name="b", entrypoint="bash", args=("-c", f"echo $$ > {pid_file}; exec sleep 60")),
+        ),
+    )
+    try:
+        # The fake srun runs its tasks as children, which SIGTERM to srun alone (unlike
+        # Slurm, which ends the step's tasks with it) would leave running.
+        proc = _run_script(_compile_to(app, tmp_path / "jobs"), tmp_path, nodes=1, timeout=30)
+        assert proc.returncode == 3, proc.stderr
+        sleeper = int(pid_file.read_text())
+        deadline = time.monotonic() + 20
+        while not _gone(sleeper):
+            assert time.monotonic() < deadline, "role b's task outlived the failed step"
+            time.sleep(0.05)
+        folder = tmp_path / "jobs" / "stop-42"
+        assert (folder / "a-0.exit").read_text().strip() == "3"
+        assert not (folder / "b-0.exit").exists()
+    finally:
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_requeue_trap_runs_scontrol_requeue(tmp_path: Path) -> None:
