@@ -1,5 +1,5 @@
 """distspec: compile a distributed PyTorch job, written once as a typed component, into a
-real job on the local machine, Slurm or Kubernetes.
+real job on the local machine, Slurm, PBS or Kubernetes.
 
 The public surface is small and imports nothing heavy::
 

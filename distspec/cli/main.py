@@ -31,7 +31,7 @@ VERBS: dict[str, tuple[str, str]] = {
 
 DESCRIPTION = """\
 Compile a distributed PyTorch job, written once as a typed component, into a
-real job on the local machine, Slurm or Kubernetes.
+real job on the local machine, Slurm, PBS or Kubernetes.
 
   distspec run dist.ddp -j 1x2 --script train.py            run locally
   distspec run -s slurm --dryrun dist.ddp -j 2x8 --script train.py
