@@ -34,7 +34,9 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.epilog = EPILOG
     parser.add_argument(
-        "-s", "--scheduler", help="backend: local_cwd (default), slurm, pbs, kubernetes, or a plugin"
+        "-s",
+        "--scheduler",
+        help="backend: local_cwd (default), slurm, pbs, kubernetes, or a plugin",
     )
     parser.add_argument(
         "-cfg",
