@@ -37,11 +37,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from distspec.errors import ConfigError
+from distspec.specs.frozen import frozen
 
 __all__ = ["CONFIG_FILE", "Config", "Layer", "load_config"]
 
@@ -51,7 +52,7 @@ _GENERAL_KEYS = ("scheduler", "session", "state_dir", "log_level")
 _ENV_GENERAL = {f"DISTSPEC_{k.upper()}": k for k in _GENERAL_KEYS}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Layer:
     """One source of settings: where it came from and what it says."""
 
@@ -61,7 +62,7 @@ class Layer:
     components: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Config:
     """Every layer, lowest precedence first; ask it for merged values."""
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
 from distspec.specs.app import AppDef
+from distspec.specs.frozen import frozen
 
 if TYPE_CHECKING:
     from distspec.config import Config
@@ -37,7 +37,7 @@ def new_app_id(app_name: str) -> str:
     return f"{app_name}-{os.urandom(4).hex()}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class LogLine:
     """One line of one replica's log."""
 

@@ -42,12 +42,12 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from distspec._argparse import HelpFormatter
 from distspec.errors import ComponentError
 from distspec.specs.app import AppDef
+from distspec.specs.frozen import frozen
 
 if typing.TYPE_CHECKING:
     from distspec.components.loader import Component
@@ -119,7 +119,7 @@ class _Required(enum.Enum):
 REQUIRED = _Required.REQUIRED
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Param:
     """One component parameter, as the binder sees it."""
 

@@ -22,12 +22,11 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from distspec.errors import ComponentError
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -57,7 +56,7 @@ BUILTIN_COMPONENTS: Mapping[str, str] = FrozenDict(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Component:
     """A loaded component: the name it was asked for, the function, and where it is defined."""
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
@@ -39,6 +38,7 @@ from distspec.schedulers._common import (
 )
 from distspec.schedulers.api import CommandResult, Request, Scheduler
 from distspec.specs.app import Role
+from distspec.specs.frozen import frozen
 
 if TYPE_CHECKING:
     from distspec.specs.state import AppState
@@ -284,7 +284,7 @@ def replica_state(code: int | None, job_state: AppState) -> AppState:
     return AppState.FAILED
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class JobRecord:
     """What submit wrote down about a job, so that describe and log work from any cwd."""
 

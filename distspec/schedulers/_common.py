@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +14,7 @@ from distspec.errors import CompileError
 from distspec.schedulers.api import Capabilities
 from distspec.specs import macros
 from distspec.specs.app import AppDef, Role
-from distspec.specs.frozen import frozendict
+from distspec.specs.frozen import frozen, frozendict
 from distspec.specs.macros import Macro
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class ShellExpr:
     """A value only known when the job runs: a shell expression that is safe inside
     double quotes, such as ``$SLURM_NODEID`` or ``$(hostname)``."""

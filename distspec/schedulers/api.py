@@ -14,12 +14,12 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from distspec.errors import SchedulerError
 from distspec.specs.app import SCRIPT_METADATA, AppDef
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
 
@@ -42,7 +42,7 @@ __all__ = [
 OptsT = TypeVar("OptsT")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class CommandResult:
     """How a scheduler command ended."""
 
@@ -97,7 +97,7 @@ def run_command(
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Capabilities:
     """What a backend can honour; compile rejects anything else with a clear error."""
 
@@ -111,7 +111,7 @@ class Capabilities:
     shared_files: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Request:
     """What submit will do, as data.
 
@@ -156,7 +156,7 @@ class Request:
         return written
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class AppSummary:
     """One line of ``distspec list``."""
 

@@ -16,7 +16,6 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,7 +42,7 @@ from distspec.schedulers.kubernetes_manifest import (
     k8s_id,
     k8s_role,
 )
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
@@ -100,7 +99,7 @@ def split_app_id(app_id: str) -> tuple[str | None, str]:
     return (ns or None), k8s_id(rest)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class _Conn:
     kubeconfig: str | None = None
     context: str | None = None

@@ -25,13 +25,12 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from distspec.errors import CompileError
 from distspec.specs import macros
 from distspec.specs.app import AppDef, Role
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
 from distspec.specs.options import option
@@ -87,7 +86,7 @@ class Flavor(str, enum.Enum):
     VOLCANO = "volcano"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class KubernetesOptions:
     """Run options of the ``kubernetes`` backend (``-cfg key=value,...``)."""
 
@@ -164,7 +163,7 @@ def k8s_role(role: str) -> str:
     return _dns_label(role, _ROLE_MAX)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class Names:
     """Every name derived from an app id: deterministic, DNS-1123, within length limits."""
 
@@ -203,7 +202,7 @@ def k8s_escape(literal: str) -> str:
     return _NEEDS_ESCAPE.sub("$$", literal)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class _Runtime:
     """A value Kubernetes fills in when the container starts: ``$(VAR)``."""
 

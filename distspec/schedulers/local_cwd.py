@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,7 +38,7 @@ from distspec.schedulers.api import (
     Scheduler,
 )
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import frozendict
+from distspec.specs.frozen import frozen, frozendict
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
@@ -54,7 +53,7 @@ START_TIMEOUT = 60.0
 FOLLOW_INTERVAL = 0.05
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class LocalOptions:
     cwd: str | None = option(
         None,

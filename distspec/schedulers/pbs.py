@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from distspec.errors import SchedulerError, UsageError
@@ -51,7 +50,7 @@ from distspec.schedulers.pbs_script import (
     compile_script,
 )
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
 __all__ = [
@@ -173,7 +172,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class _JobInfo:
     """What ``qstat -f`` says about one job."""
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
@@ -34,6 +33,7 @@ from distspec.schedulers._batch import (
 )
 from distspec.schedulers._common import MacroValues, ShellExpr, shell_word
 from distspec.specs.app import AppDef, RetryPolicy, Role
+from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
 
@@ -56,7 +56,7 @@ class Launcher(str, enum.Enum):
     MPIEXEC = "mpiexec"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class PbsOptions:
     """Run options of the PBS backend (``-cfg k=v``); each maps to one qsub flag or
     one choice in the script."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from distspec.schedulers._common import check_capabilities, submit_env
 from distspec.schedulers.api import AppSummary, Capabilities, Request
 from distspec.schedulers.slurm_script import NAME, GpuFlag, SlurmOptions, compile_script
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
 __all__ = ["SLURM_STATES", "GpuFlag", "SlurmOptions", "SlurmScheduler", "expand_hostlist"]
@@ -160,7 +159,7 @@ def _combine(states: Sequence[AppState]) -> AppState:
     return AppState.UNKNOWN
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class _Component:
     """What Slurm says about one (hetjob) component of the job."""
 
@@ -170,7 +169,7 @@ class _Component:
     nodes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class _JobInfo:
     components: tuple[_Component, ...]
     restarts: int = 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
@@ -29,6 +28,7 @@ from distspec.schedulers._batch import (
 )
 from distspec.schedulers._common import MacroValues, ShellExpr, log_file_name, shell_word
 from distspec.specs.app import AppDef, RetryPolicy, Role
+from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
 
@@ -44,7 +44,7 @@ class GpuFlag(str, enum.Enum):
     GRES = "gres"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class SlurmOptions:
     """Run options of the Slurm backend (``-cfg k=v``); each maps to one sbatch/srun flag."""
 

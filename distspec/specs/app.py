@@ -9,11 +9,11 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import TYPE_CHECKING, Any
 
 from distspec.errors import SpecError
-from distspec.specs.frozen import FrozenDict, frozendict
+from distspec.specs.frozen import FrozenDict, frozen, frozendict
 
 if TYPE_CHECKING:
     from distspec.specs.mounts import Mount
@@ -35,7 +35,7 @@ class RetryPolicy(str, enum.Enum):
     APPLICATION = "application"  # the whole app
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Resource:
     """What one replica needs. ``mem_mb`` is in MiB."""
 
@@ -67,7 +67,7 @@ class Resource:
         return cls(**data)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Role:
     """A set of identical replicas running one command.
 
@@ -148,7 +148,7 @@ class Role:
         return cls(**kwargs)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class AppDef:
     """A named application made of one or more roles."""
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from distspec.errors import HandleError
+from distspec.specs.frozen import frozen
 
 __all__ = ["AppHandle"]
 
 _HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_.-]+)://(?P<session>[^/]*)/(?P<app_id>[^/\s]+)$")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class AppHandle:
     """Which scheduler, which session, which app."""
 

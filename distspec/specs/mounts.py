@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from distspec.errors import SpecError
+from distspec.specs.frozen import frozen
 
 __all__ = ["BindMount", "DeviceMount", "Mount", "VolumeMount", "mount_from_dict", "parse_mounts"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class BindMount:
     """A host path made visible at ``dst_path``."""
 
@@ -22,7 +22,7 @@ class BindMount:
         _require_abs("bind", self.dst_path)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class VolumeMount:
     """A named volume (a Kubernetes PVC, for example) at ``dst_path``."""
 
@@ -36,7 +36,7 @@ class VolumeMount:
         _require_abs("volume", self.dst_path)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class DeviceMount:
     """A host device (``/dev/fuse``) with ``permissions`` from ``rwm``."""
 

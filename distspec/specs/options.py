@@ -2,7 +2,7 @@
 
 A backend declares its options like this::
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @frozen
     class SlurmOptions:
         partition: str | None = option(None, "Partition to submit to.")
         exclusive: bool = option(False, "Ask for whole nodes.")
@@ -22,11 +22,10 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from distspec.errors import OptionError
-from distspec.specs.frozen import FrozenDict
+from distspec.specs.frozen import FrozenDict, frozen
 
 __all__ = [
     "OptionSpec",
@@ -54,7 +53,7 @@ def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(kw_only=False)
 class OptionSpec:
     """One option, as derived from its dataclass field."""
 

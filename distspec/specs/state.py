@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from distspec.specs.frozen import frozen
 
 __all__ = ["AppState", "AppStatus", "ReplicaStatus", "RoleStatus"]
 
@@ -32,7 +34,7 @@ class AppState(str, enum.Enum):
 _TERMINAL = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class ReplicaStatus:
     """One replica: where it ran, how it ended."""
 
@@ -56,7 +58,7 @@ class ReplicaStatus:
         }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class RoleStatus:
     """The replicas of one role."""
 
@@ -70,7 +72,7 @@ class RoleStatus:
         return {"role": self.role, "replicas": [r.to_dict() for r in self.replicas]}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class AppStatus:
     """The app's state and, where the scheduler knows them, its replicas."""
 

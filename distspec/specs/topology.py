@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from distspec.errors import TopologyError
+from distspec.specs.frozen import frozen
 
 __all__ = ["Topology"]
 
 _FORM = re.compile(r"^(?:(?P<min>\d+):)?(?P<nodes>\d+)(?:x(?P<nproc>\d+))?$")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen
 class Topology:
     """``nodes`` nodes (at least ``min_nodes`` for an elastic job), ``nproc_per_node`` each."""
 
