@@ -8,8 +8,6 @@ The public surface is small and imports nothing heavy::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -25,7 +23,10 @@ __all__ = [
     "__version__",
 ]
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.runner import Runner
     from distspec.specs import (
         AppDef,

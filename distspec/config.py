@@ -38,11 +38,13 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import field
-from pathlib import Path
-from typing import Any
 
 from distspec.errors import ConfigError
 from distspec.specs.frozen import frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["CONFIG_FILE", "Config", "Layer", "load_config"]
 
@@ -88,14 +90,16 @@ class Config:
         return self.general("log_level", "WARNING")
 
     @property
-    def state_dir(self) -> Path:
+    def state_dir(self) -> str:
+        """Where backends keep their records: ``state_dir``, else
+        ``$XDG_STATE_HOME/distspec``, else ``~/.local/state/distspec``."""
         explicit = self.general("state_dir", "")
         if explicit:
-            return Path(explicit).expanduser()
+            return os.path.expanduser(explicit)
         base = self.env.get("XDG_STATE_HOME") or os.path.join(
             self.env.get("HOME") or os.path.expanduser("~"), ".local", "state"
         )
-        return Path(base) / "distspec"
+        return os.path.join(base, "distspec")
 
     def scheduler_layers(self, scheduler: str) -> list[tuple[str, Mapping[str, Any]]]:
         """(source, options) for ``scheduler``, lowest precedence first."""
@@ -118,20 +122,20 @@ class Config:
 
 
 def load_config(
-    cwd: Path | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
-    home: Path | None = None,
+    home: str | os.PathLike[str] | None = None,
 ) -> Config:
     """Read every layer. Files that do not exist are skipped; malformed ones are errors."""
     env = dict(os.environ if env is None else env)
-    cwd = Path.cwd() if cwd is None else cwd
-    home_text = env.get("HOME")
-    home = home if home is not None else (Path(home_text) if home_text else Path.home())
+    folder = os.path.abspath(os.getcwd() if cwd is None else cwd)
+    if home is None:
+        home = env.get("HOME") or os.path.expanduser("~")
     layers: list[Layer] = []
-    user = home / CONFIG_FILE
-    if user.is_file():
+    user = os.path.join(home, CONFIG_FILE)
+    if os.path.isfile(user):
         layers.append(_read_ini(user))
-    project_ini, pyproject = _find_project_files(cwd, user)
+    project_ini, pyproject = _find_project_files(folder, user)
     if pyproject is not None:
         layer = _read_pyproject(pyproject)
         if layer is not None:
@@ -142,17 +146,31 @@ def load_config(
     return Config(layers=tuple(layers), env=env)
 
 
-def _find_project_files(cwd: Path, user: Path) -> tuple[Path | None, Path | None]:
-    ini: Path | None = None
-    pyproject: Path | None = None
-    for folder in (cwd, *cwd.parents):
-        if ini is None and (folder / CONFIG_FILE).is_file() and folder / CONFIG_FILE != user:
-            ini = folder / CONFIG_FILE
-        if pyproject is None and (folder / "pyproject.toml").is_file():
-            pyproject = folder / "pyproject.toml"
-        if ini is not None and pyproject is not None:
-            break
-    return ini, pyproject
+def _find_project_files(folder: str, user: str) -> tuple[str | None, str | None]:
+    """The nearest ``.distspecconfig`` (not the user's own) and ``pyproject.toml`` from
+    ``folder`` (absolute) upward."""
+    ini: str | None = None
+    pyproject: str | None = None
+    while True:
+        if ini is None:
+            path = os.path.join(folder, CONFIG_FILE)
+            if os.path.isfile(path) and not _same_file(path, user):
+                ini = path
+        if pyproject is None:
+            path = os.path.join(folder, "pyproject.toml")
+            if os.path.isfile(path):
+                pyproject = path
+        parent = os.path.dirname(folder)
+        if (ini is not None and pyproject is not None) or parent == folder:
+            return ini, pyproject
+        folder = parent
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _check_general(general: dict[str, str], source: str) -> dict[str, str]:
@@ -175,7 +193,7 @@ def _check_general(general: dict[str, str], source: str) -> dict[str, str]:
     return general
 
 
-def _read_ini(path: Path) -> Layer:
+def _read_ini(path: str) -> Layer:
     import configparser
 
     parser = configparser.ConfigParser(interpolation=None)
@@ -208,7 +226,13 @@ def _read_ini(path: Path) -> Layer:
     )
 
 
-def _read_pyproject(path: Path) -> Layer | None:
+def _read_pyproject(path: str) -> Layer | None:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if "distspec" not in text:
+        # No [tool.distspec] can be in a file that never says "distspec"; most
+        # projects' pyproject.toml don't, and parsing TOML costs ~9 ms of start-up.
+        return None
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -217,7 +241,7 @@ def _read_pyproject(path: Path) -> Layer | None:
         except ModuleNotFoundError:
             return None
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"invalid TOML: {e}", source=str(path)) from None
     section = data.get("tool", {}).get("distspec")

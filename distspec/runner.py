@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import frozen
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.config import Config
     from distspec.schedulers._registry import SchedulerRegistry
     from distspec.schedulers.api import AppSummary, CommandRunner, Request, Scheduler

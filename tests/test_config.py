@@ -51,11 +51,11 @@ def test_defaults_and_state_dir(tree: tuple[Path, Path]) -> None:
     home, project = tree
     cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
     assert cfg.scheduler == "local_cwd"
-    assert cfg.state_dir == home / ".local" / "state" / "distspec"
+    assert cfg.state_dir == str(home / ".local" / "state" / "distspec")
     cfg = load_config(cwd=project, env={"HOME": str(home), "XDG_STATE_HOME": "/xdg"}, home=home)
-    assert cfg.state_dir == Path("/xdg/distspec")
+    assert cfg.state_dir == "/xdg/distspec"
     cfg = load_config(cwd=project, env={"HOME": str(home), "DISTSPEC_STATE_DIR": "/s"}, home=home)
-    assert cfg.state_dir == Path("/s")
+    assert cfg.state_dir == "/s"
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,11 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.runner import Runner
     from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus

@@ -40,16 +40,18 @@ import enum
 import inspect
 import re
 import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
 
 from distspec._argparse import HelpFormatter
+from distspec._typing import union_members
 from distspec.errors import ComponentError
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import frozen
 
-if typing.TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from distspec.components.loader import Component
 
 __all__ = [
@@ -93,7 +95,8 @@ class Kind(str, enum.Enum):
 
 #: The one table of supported annotations: the Python type and the kind it binds as.
 #: ``X | None`` / ``Optional[X]`` of any of these (except ``*args``) and Enum
-#: subclasses are the only other accepted forms.
+#: subclasses are the only other accepted forms; ``typing.List[str]`` and
+#: ``typing.Dict[str, str]`` from older code count as ``list[str]`` and ``dict[str, str]``.
 KINDS: Mapping[Any, Kind] = types.MappingProxyType(
     {
         str: Kind.STR,
@@ -101,9 +104,7 @@ KINDS: Mapping[Any, Kind] = types.MappingProxyType(
         float: Kind.FLOAT,
         bool: Kind.BOOL,
         list[str]: Kind.LIST,
-        typing.List[str]: Kind.LIST,  # noqa: UP006 - accepted from older code
         dict[str, str]: Kind.DICT,
-        typing.Dict[str, str]: Kind.DICT,  # noqa: UP006
     }
 )
 
@@ -330,7 +331,7 @@ def params(component: Component) -> list[Param]:
         reject("has no docstring; write one with an Args: section, it is the component's --help")
     try:
         sig = inspect.signature(fn)
-        hints = typing.get_type_hints(fn)
+        hints = inspect.get_annotations(fn, eval_str=True)
     except (NameError, TypeError, ValueError) as e:
         reject(f"cannot read its signature: {e}")
     out: list[Param] = []
@@ -376,15 +377,19 @@ def _classify(
 ) -> tuple[Kind, bool, type[enum.Enum] | None]:
     optional = False
     tp = hint
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        rest = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(rest) != 1 or len(rest) == len(typing.get_args(tp)):
+    members = union_members(tp)
+    if members is not None:
+        rest = [a for a in members if a is not type(None)]
+        if len(rest) != 1 or len(rest) == len(members):
             reject(
                 f"parameter {name!r}: unsupported type {_type_text(hint)}; supported: {_SUPPORTED}"
             )
         optional, tp = True, rest[0]
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return Kind.ENUM, optional, tp
+    origin, args = getattr(tp, "__origin__", None), getattr(tp, "__args__", None)
+    if origin in (list, dict) and args and not isinstance(tp, types.GenericAlias):
+        tp = origin[args]  # typing.List[str] -> list[str]
     try:
         kind = KINDS.get(tp)
     except TypeError:  # unhashable annotation
@@ -395,7 +400,7 @@ def _classify(
 
 
 def _type_text(tp: Any) -> str:
-    if isinstance(tp, type) and not typing.get_args(tp):
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
         return tp.__name__
     return str(tp).replace("typing.", "")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from distspec.errors import ComponentError
 from distspec.specs.app import SCRIPT_METADATA, AppDef, Resource, Role
@@ -17,6 +16,7 @@ from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.topology import Topology
 from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from distspec.specs.mounts import Mount
 

@@ -23,13 +23,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
 from distspec.errors import ComponentError
 from distspec.specs.frozen import FrozenDict, frozen
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
+    from typing import Any
 
 __all__ = [
     "BUILTIN_COMPONENTS",

@@ -23,10 +23,9 @@ other; what they share is here.
 from __future__ import annotations
 
 import abc
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from distspec.errors import CompileError, SchedulerError, UsageError
 from distspec.schedulers._common import (
@@ -40,8 +39,14 @@ from distspec.schedulers.api import CommandResult, Request, Scheduler
 from distspec.specs.app import Role
 from distspec.specs.frozen import frozen
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import ClassVar, Protocol, TypeVar
+
     from distspec.specs.state import AppState
+else:
+    from distspec._typing import Protocol, TypeVar
 
 __all__ = [
     "WAIT_FUNCTIONS",
@@ -235,20 +240,21 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
 _STATUS_NAMES = frozenset({"attempt", "requeues", "exit", "signal"})
 
 
-def read_job_folder(folder: Path | None) -> dict[str, str]:
+def read_job_folder(folder: str | os.PathLike[str] | None) -> dict[str, str]:
     """``{file name: stripped text}`` of the status files in a job folder; ``{}`` when
     there is no folder (yet)."""
     if folder is None:
         return {}
     out: dict[str, str] = {}
     try:
-        entries = list(folder.iterdir())
+        names = os.listdir(folder)
     except OSError:
         return out
-    for path in entries:
-        if path.suffix in {".exit", ".host"} or path.name in _STATUS_NAMES:
+    for name in names:
+        if name.endswith((".exit", ".host")) or name in _STATUS_NAMES:
             try:
-                out[path.name] = path.read_text().strip()
+                with open(os.path.join(folder, name)) as f:
+                    out[name] = f.read().strip()
             except OSError:
                 continue
     return out
@@ -331,7 +337,7 @@ class BatchScheduler(Scheduler[BatchOptsT]):
             return opts.job_dir
         if self._state_dir is None:
             raise CompileError(self.name, "no job_dir: set -cfg job_dir=/shared/absolute/dir")
-        return str(Path(self._state_dir) / self.name)
+        return os.path.join(self._state_dir, self.name)
 
     def _run(self, argv: Sequence[str], what: str, *, ok: bool = True) -> CommandResult:
         """Run a scheduler command; with ``ok``, a non-zero exit is a SchedulerError."""
@@ -348,6 +354,8 @@ class BatchScheduler(Scheduler[BatchOptsT]):
 
     def _write_script(self, request: Request) -> Path:
         """Write the request's script into ``job_dir`` (created); returns its path."""
+        from pathlib import Path
+
         job_dir = Path(self._job_dir(request.options))
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
@@ -360,6 +368,8 @@ class BatchScheduler(Scheduler[BatchOptsT]):
     # -- records -----------------------------------------------------------------
 
     def _records(self) -> Path | None:
+        from pathlib import Path
+
         return None if self._state_dir is None else Path(self._state_dir) / self.name / "jobs"
 
     def _save_record(self, request: Request, job_id: str, folder: str) -> None:
@@ -415,6 +425,8 @@ class BatchScheduler(Scheduler[BatchOptsT]):
             raise UsageError(self.no_since)
         job_id = self._check_id(app_id)
         record = self._record(job_id)
+        from pathlib import Path
+
         folder = Path(record.folder) if record is not None else self._queried_folder(job_id)
         if folder is None:
             raise SchedulerError(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from distspec.errors import CompileError
 from distspec.schedulers.api import Capabilities
@@ -17,7 +15,10 @@ from distspec.specs.app import AppDef, Role
 from distspec.specs.frozen import frozen, frozendict
 from distspec.specs.macros import Macro
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from distspec.specs.mounts import Mount
 
 __all__ = [

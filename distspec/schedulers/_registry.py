@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from distspec.errors import SchedulerError, SchedulerNotFound
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.schedulers.api import Scheduler
 
 __all__ = ["BUILTIN_SCHEDULERS", "ENTRY_POINT_GROUP", "SchedulerRegistry"]

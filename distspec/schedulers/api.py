@@ -12,10 +12,10 @@ A backend is a pure half and an effectful half:
 from __future__ import annotations
 
 import abc
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from distspec.errors import SchedulerError
 from distspec.specs.app import SCRIPT_METADATA, AppDef
@@ -23,10 +23,14 @@ from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
     from distspec.specs.state import AppState, AppStatus
+else:
+    from distspec._typing import Generic, Protocol, TypeVar
 
 __all__ = [
     "SCRIPT_METADATA",
@@ -181,11 +185,11 @@ class Scheduler(abc.ABC, Generic[OptsT]):
         session: str = "distspec",
         *,
         run_cmd: CommandRunner = run_command,
-        state_dir: Path | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.session = session
         self.run_cmd = run_cmd
-        self._state_dir = state_dir
+        self._state_dir = None if state_dir is None else os.fspath(state_dir)
 
     # -- options ---------------------------------------------------------------
 

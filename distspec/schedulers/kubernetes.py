@@ -16,8 +16,6 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
 
 from distspec.errors import AppNotFound, CompileError, SchedulerError, UsageError
 from distspec.schedulers._common import check_capabilities
@@ -46,7 +44,12 @@ from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+    from typing import Any, ClassVar
+
     from distspec.specs.app import AppDef
 
 __all__ = ["Flavor", "KubernetesOptions", "KubernetesScheduler", "render_yaml"]
@@ -126,7 +129,7 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         session: str = "distspec",
         *,
         run_cmd: CommandRunner = run_command,
-        state_dir: Path | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         api_client_factory: Callable[[str | None, str | None], Any] | None = None,
     ) -> None:
         super().__init__(session, run_cmd=run_cmd, state_dir=state_dir)
@@ -177,7 +180,9 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     def _record_path(self, ns: str, kid: str) -> Path | None:
         if self._state_dir is None:
             return None
-        return self._state_dir / "kubernetes" / f"{ns}_{kid}.json"
+        from pathlib import Path
+
+        return Path(self._state_dir) / "kubernetes" / f"{ns}_{kid}.json"
 
     def _record(self, ns: str, kid: str) -> dict[str, Any]:
         path = self._record_path(ns, kid)

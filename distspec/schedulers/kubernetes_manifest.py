@@ -25,7 +25,6 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from distspec.errors import CompileError
 from distspec.specs import macros
@@ -34,6 +33,10 @@ from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
 from distspec.specs.options import option
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "APP_ID_LABEL",

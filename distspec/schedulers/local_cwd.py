@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, ClassVar
 
 from distspec.errors import SchedulerError, UsageError
 from distspec.schedulers._common import check_capabilities, log_file_name, submit_env
@@ -42,6 +40,11 @@ from distspec.specs.frozen import frozen, frozendict
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, ClassVar
 
 __all__ = ["LocalOptions", "LocalScheduler"]
 
@@ -78,14 +81,14 @@ class LocalOptions:
     )
 
 
-def _default_state_dir() -> Path:
+def _default_state_dir() -> str:
     explicit = os.environ.get("DISTSPEC_STATE_DIR")
     if explicit:
-        return Path(explicit).expanduser()
+        return os.path.expanduser(explicit)
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.environ.get("HOME") or os.path.expanduser("~"), ".local", "state"
     )
-    return Path(base) / "distspec"
+    return os.path.join(base, "distspec")
 
 
 _TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
@@ -104,8 +107,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
     @property
     def root(self) -> Path:
         """``<state dir>/local_cwd``: one directory per run below it."""
+        from pathlib import Path  # not at the top: a dry run never needs it
+
         base = self._state_dir if self._state_dir is not None else _default_state_dir()
-        return base / self.name
+        return Path(base) / self.name
 
     def run_dir(self, app_id: str) -> Path:
         if not app_id or "/" in app_id or app_id in (".", ".."):

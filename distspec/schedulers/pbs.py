@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from distspec.errors import SchedulerError, UsageError
 from distspec.schedulers._batch import (
@@ -52,6 +51,10 @@ from distspec.schedulers.pbs_script import (
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "PBS_STATES",
@@ -293,6 +296,8 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         )
 
     def _folder(self, record: JobRecord | None, info: _JobInfo | None) -> Path | None:
+        from pathlib import Path
+
         if record is not None:
             return Path(record.folder)
         if info is not None and info.output_path.endswith(".out"):
@@ -397,7 +402,7 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
                     state = AppState.UNKNOWN
                 else:
                     marker = self._cancelled_marker(job_id)
-                    files = read_job_folder(Path(record.folder))
+                    files = read_job_folder(record.folder)
                     state = _finished(None, files, marker is not None and marker.exists())[0]
             else:
                 state = PBS_STATES.get(letter, AppState.UNKNOWN)

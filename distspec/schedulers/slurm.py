@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
 from distspec.errors import SchedulerError, UsageError
 from distspec.schedulers._batch import (
@@ -43,6 +41,11 @@ from distspec.schedulers.slurm_script import NAME, GpuFlag, SlurmOptions, compil
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 __all__ = ["SLURM_STATES", "GpuFlag", "SlurmOptions", "SlurmScheduler", "expand_hostlist"]
 
@@ -339,6 +342,8 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         )
 
     def _folder(self, record: JobRecord | None, info: _JobInfo | None) -> Path | None:
+        from pathlib import Path
+
         if record is not None:
             return Path(record.folder)
         if info is not None and info.stdout.endswith(".out"):

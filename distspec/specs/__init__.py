@@ -6,9 +6,11 @@ Names are imported on first use, so a dry run pays only for the modules it touch
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.specs.app import AppDef, Resource, RetryPolicy, Role
     from distspec.specs.frozen import FrozenDict, frozendict
     from distspec.specs.handles import AppHandle

@@ -10,12 +10,14 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import field, fields
-from typing import TYPE_CHECKING, Any
 
 from distspec.errors import SpecError
 from distspec.specs.frozen import FrozenDict, frozen, frozendict
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.specs.mounts import Mount
 
 __all__ = ["SCRIPT_METADATA", "AppDef", "Resource", "RetryPolicy", "Role"]

@@ -30,9 +30,17 @@ the same items.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Generic, TypeVar, overload
+
+    from typing_extensions import dataclass_transform
+else:
+    from distspec._typing import Generic, TypeVar
 
 __all__ = ["FrozenDict", "frozen", "frozendict"]
 
@@ -90,9 +98,6 @@ def frozendict(items: Mapping[K, V] | Iterable[tuple[K, V]] | None = None) -> Fr
 _set = object.__setattr__
 
 if TYPE_CHECKING:
-    from typing import overload
-
-    from typing_extensions import dataclass_transform
 
     @overload
     def frozen(cls: type[_T], /) -> type[_T]: ...
@@ -126,6 +131,15 @@ def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 
 def _build(cls: type, kw_only: bool) -> type:
+    annotations = inspect.get_annotations(cls)
+    for name, text in annotations.items():
+        if isinstance(text, str) and text.startswith(("ClassVar", "typing.ClassVar")):
+            # dataclasses spots a string "ClassVar[...]" only when typing is loaded and
+            # the class's module has ClassVar bound at run time; an import under
+            # TYPE_CHECKING is neither. Hand it the real thing.
+            import typing
+
+            cls.__annotations__[name] = typing.ClassVar
     own = set(cls.__dict__)
     if cls.__dict__.get("__hash__", 0) is None and "__eq__" in own:
         own.discard("__hash__")  # the None Python sets beside an __eq__ is not a choice

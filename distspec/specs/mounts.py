@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from distspec.errors import SpecError
 from distspec.specs.frozen import frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["BindMount", "DeviceMount", "Mount", "VolumeMount", "mount_from_dict", "parse_mounts"]
 

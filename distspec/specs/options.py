@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import re
-import types
-import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
 
+from distspec._typing import union_members
 from distspec.errors import OptionError
 from distspec.specs.frozen import FrozenDict, frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 __all__ = [
     "OptionSpec",
@@ -37,15 +43,13 @@ __all__ = [
     "parse_options",
 ]
 
-T = TypeVar("T")
-
 
 def option(default: Any, help: str) -> Any:
     """A dataclass field that is a run option with ``help`` text."""
     return dataclasses.field(default=default, metadata={"help": help})
 
 
-def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` when a close match exists, else ``""``."""
     import difflib
 
@@ -159,7 +163,10 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
     cached = _SPECS.get(cls)
     if cached is not None:
         return cached
-    hints = typing.get_type_hints(cls)
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):  # a subclass may add or re-declare options
+        if dataclasses.is_dataclass(klass):
+            hints.update(inspect.get_annotations(klass, eval_str=True))
     specs = []
     for f in dataclasses.fields(cls):
         kind, optional, enum_type = _classify(hints[f.name], cls, f.name)
@@ -183,13 +190,13 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
 
 def _classify(tp: Any, cls: type, name: str) -> tuple[str, bool, type[enum.Enum] | None]:
     optional = False
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
+    members = union_members(tp)
+    if members is not None:
+        args = [a for a in members if a is not type(None)]
         if len(args) != 1:
             raise TypeError(f"{cls.__name__}.{name}: unions other than X | None are not options")
         optional, tp = True, args[0]
-        origin = typing.get_origin(tp)
+    origin = getattr(tp, "__origin__", None)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return "enum", optional, tp
     if tp in (bool, int, float, str):

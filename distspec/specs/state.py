@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import field
-from typing import Any
 
 from distspec.specs.frozen import frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["AppState", "AppStatus", "ReplicaStatus", "RoleStatus"]
 

@@ -153,6 +153,52 @@ def test_dry_run_imports_only_its_backend(scheduler: str, extra: list[str]) -> N
     assert heavy(modules) == [], heavy(modules)
 
 
+#: Standard-library modules a dry run has no use for, with what each costs at start-up
+#: on this machine kind (docs/performance.md): typing ~4 ms, pathlib ~4, tomllib ~9,
+#: configparser ~2, subprocess ~9, importlib.metadata ~32.
+SLOW_STDLIB = ("typing", "pathlib", "tomllib", "configparser", "subprocess", "importlib.metadata")
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "extra"),
+    [
+        ("local_cwd", []),
+        ("slurm", []),
+        ("pbs", []),
+        ("kubernetes", ["--image", "repo/img:1"]),
+    ],
+)
+def test_dry_run_imports_no_slow_stdlib_module(
+    scheduler: str, extra: list[str], tmp_path: Path
+) -> None:
+    # -S: no site, so nothing a .pth file imports (an editable install's finder
+    # imports pathlib) hides what distspec itself imports. A pyproject.toml without
+    # [tool.distspec], as most projects have, must not be parsed.
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "trainer"\n')
+    code = (
+        "import sys\n"
+        "from distspec.cli.main import main\n"
+        f"code = main({['run', '--dryrun', '-s', scheduler, 'dist.ddp', '-j', '2x2', '--script', 'main.py', *extra]!r})\n"
+        "sys.stdout.flush()\n"
+        "print('MODULES=' + ','.join(sorted(sys.modules)), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("MODULES="))
+    modules = set(line[len("MODULES=") :].split(","))
+    assert "distspec.schedulers." + scheduler in modules
+    assert sorted(modules & set(SLOW_STDLIB)) == []
+
+
 def test_component_help_lists_every_parameter() -> None:
     proc = distspec("run", "dist.ddp", "--help")
     assert proc.returncode == 0, proc.stderr

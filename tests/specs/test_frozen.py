@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+import subprocess
+import sys
 from dataclasses import FrozenInstanceError, dataclass, field
 
 import pytest
@@ -195,3 +197,22 @@ def test_frozendict_is_an_immutable_hashable_mapping() -> None:
     assert pickle.loads(pickle.dumps(d)) == d
     with pytest.raises(TypeError):
         d["c"] = 3  # type: ignore[index]
+
+
+def test_classvar_annotation_is_not_a_field_even_before_typing_is_imported() -> None:
+    # dataclasses spots a string "ClassVar[...]" only once typing is loaded, and the
+    # dry-run path never loads it: run in a fresh interpreter to see that case.
+    code = """
+from __future__ import annotations
+import dataclasses, sys
+from distspec.specs.frozen import frozen
+
+@frozen
+class WithClassVar:
+    limit: ClassVar[int] = 3
+    value: int = 0
+
+print([f.name for f in dataclasses.fields(WithClassVar)], WithClassVar.limit)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['value']", "3"]
