@@ -224,7 +224,7 @@ class Param:
 
 # -- escapes ------------------------------------------------------------------
 
-_KEY_AHEAD = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_.-]*=")
+_KEY_AHEAD = r"\s*[A-Za-z_][A-Za-z0-9_.-]*="
 
 
 def _split(text: str, *, pairs: bool) -> list[str]:
@@ -236,7 +236,7 @@ def _split(text: str, *, pairs: bool) -> list[str]:
         if ch == "\\":
             i += 2
             continue
-        if ch == "," and (not pairs or _KEY_AHEAD.match(text, i + 1)):
+        if ch == "," and (not pairs or re.compile(_KEY_AHEAD).match(text, i + 1)):
             pieces.append(text[start:i])
             start = i + 1
         i += 1

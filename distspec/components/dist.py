@@ -7,11 +7,10 @@ rendezvous. The torchrun command line is built in :mod:`distspec.torchrun`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from distspec.errors import ComponentError
-from distspec.specs.app import SCRIPT_METADATA, AppDef, Resource, Role
+from distspec.specs.app import NAME_CHARS, SCRIPT_METADATA, AppDef, Resource, Role
 from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.topology import Topology
 from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
@@ -290,7 +289,7 @@ def role_name_for(*, script: str | None, module: str | None) -> str:
         base = base.rsplit(".", 1)[0] if "." in base[1:] else base
     else:
         base = (module or "").rsplit(".", 1)[-1]
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", base).lstrip("_.-")
+    cleaned = "".join(c if c in NAME_CHARS else "-" for c in base).lstrip("_.-")
     return cleaned or "worker"
 
 

@@ -36,7 +36,7 @@ from distspec.schedulers._common import (
     shell_word,
 )
 from distspec.schedulers.api import CommandResult, Request, Scheduler
-from distspec.specs.app import Role
+from distspec.specs.app import NAME_CHARS, Role
 from distspec.specs.frozen import frozen
 
 TYPE_CHECKING = False
@@ -72,7 +72,7 @@ __all__ = [
 
 def safe_app_id(app_id: str) -> str:
     """``app_id`` as used in file names: anything but ``[A-Za-z0-9_.-]`` becomes ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", app_id)
+    return "".join(c if c in NAME_CHARS else "_" for c in app_id)
 
 
 def check_job_dir(job_dir: str, scheduler: str) -> None:

@@ -76,7 +76,7 @@ _MAX_NODES = 9_999_999
 _FATAL_EXIT_CODES = (2, 126, 127)
 
 # k8s.io/apimachinery resource.Quantity: a number and a binary/decimal SI suffix or exponent.
-_QUANTITY = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?")
+_QUANTITY = r"[+-]?(\d+\.?\d*|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?"
 
 _TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -192,7 +192,7 @@ class Names:
 
 # --------------------------------------------------------------------- macros
 
-_NEEDS_ESCAPE = re.compile(r"\$(?=[($]|\Z)")
+_NEEDS_ESCAPE = r"\$(?=[($]|\Z)"
 
 
 def k8s_escape(literal: str) -> str:
@@ -202,7 +202,7 @@ def k8s_escape(literal: str) -> str:
     any other ``$`` stays. So a ``$`` is doubled when a ``(`` or ``$`` follows it,
     or when it ends the piece (a runtime reference may follow it).
     """
-    return _NEEDS_ESCAPE.sub("$$", literal)
+    return re.compile(_NEEDS_ESCAPE).sub("$$", literal)
 
 
 @frozen(kw_only=False)
@@ -276,7 +276,7 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
         if isinstance(m, VolumeMount) and m.src.startswith("emptyDir:")
     ]
     for what, size in sizes:
-        if size and not _QUANTITY.fullmatch(size):
+        if size and not re.compile(_QUANTITY).fullmatch(size):
             fail(f"{what}: {size!r} is not a Kubernetes quantity (e.g. 16Gi, 500M)")
     if opts.rdzv_port < 1 or opts.rdzv_port > 65535:
         fail(f"rdzv_port {opts.rdzv_port} is not a port number")

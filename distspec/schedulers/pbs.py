@@ -116,13 +116,14 @@ _EXEC_CODES: Mapping[int, tuple[AppState, str]] = FrozenDict(
     }
 )
 
-_JOB_ID = re.compile(r"^\d+(\[\d*\])?(\.[A-Za-z0-9_.-]+)?$")
+# Compiled on first use (re caches them): a dry run never needs them.
+_JOB_ID = r"^\d+(\[\d*\])?(\.[A-Za-z0-9_.-]+)?$"
 
 
 # -- parsing ------------------------------------------------------------------
 
-_KEY_LINE = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_.]*) = ?(.*)$")
-_JOB_LINE = re.compile(r"^Job Id:\s*(\S+)")
+_KEY_LINE = r"^\s+([A-Za-z_][A-Za-z0-9_.]*) = ?(.*)$"
+_JOB_LINE = r"^Job Id:\s*(\S+)"
 
 
 def parse_qstat_full(text: str) -> dict[str, dict[str, str]]:
@@ -136,14 +137,14 @@ def parse_qstat_full(text: str) -> dict[str, dict[str, str]]:
     current: dict[str, str] | None = None
     key = ""
     for line in text.splitlines():
-        head = _JOB_LINE.match(line)
+        head = re.compile(_JOB_LINE).match(line)
         if head:
             current = jobs.setdefault(head.group(1), {})
             key = ""
             continue
         if current is None or not line.strip():
             continue
-        attr = _KEY_LINE.match(line)
+        attr = re.compile(_KEY_LINE).match(line)
         if attr:
             key = attr.group(1)
             current[key] = attr.group(2).rstrip()
@@ -239,7 +240,7 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         # PBS Pro prints 1234.server, Torque 1234.server.domain, Slurm's wrapper 1234;
         # the wrapper reports sbatch's errors on stdout.
         job_id = result.stdout.strip().splitlines()[-1].strip() if result.stdout.strip() else ""
-        if result.returncode != 0 or not _JOB_ID.match(job_id):
+        if result.returncode != 0 or not re.compile(_JOB_ID).match(job_id):
             raise SchedulerError(
                 "qsub failed" if result.returncode else f"qsub printed {job_id!r}, not a job id",
                 scheduler=NAME,
@@ -257,7 +258,7 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         return job_id
 
     def _check_id(self, app_id: str) -> str:
-        if not _JOB_ID.match(app_id):
+        if not re.compile(_JOB_ID).match(app_id):
             raise UsageError(f"pbs app ids are job ids such as 1234 or 1234.server, got {app_id!r}")
         return app_id
 
@@ -389,7 +390,7 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         for line in result.stdout.splitlines():
             cols = line.split()
             # Job id  Name  User  Time Use  S  Queue
-            if len(cols) < 6 or not _JOB_ID.match(cols[0].rstrip("*")):
+            if len(cols) < 6 or not re.compile(_JOB_ID).match(cols[0].rstrip("*")):
                 continue
             job_id, name, owner, letter = cols[0], cols[1], cols[2], cols[4]
             # Some servers cut long names in this table and mark the cut with '*'.

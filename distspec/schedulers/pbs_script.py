@@ -32,7 +32,7 @@ from distspec.schedulers._batch import (
     task_function,
 )
 from distspec.schedulers._common import MacroValues, ShellExpr, shell_word
-from distspec.specs.app import AppDef, RetryPolicy, Role
+from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role
 from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
@@ -116,15 +116,18 @@ class PbsOptions:
     )
 
 
-_WALLTIME = re.compile(r"^\d+(:\d{1,2}){0,2}$")
-_PLACE = re.compile(r"^((free|pack|scatter|vscatter)(:(excl|exclhost|shared|group=\w+))*)?$")
-_MAIL_EVENTS = re.compile(r"^(n|[abejfp]+)$")
-_DEPEND = re.compile(r"^[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+(,[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+)*$")
-_SIMPLE = re.compile(r"^[A-Za-z0-9_.,:@%/+=-]+$")
-_QSUB_FLAG = re.compile(r"^-([A-Za-z])( (.+))?$", re.DOTALL)
-_RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Patterns are strings compiled on first use (re caches them): a dry run pays only for
+# the ones its options need. Plain character classes are checked with str.strip.
+_WALLTIME = r"^\d+(:\d{1,2}){0,2}$"
+_PLACE = r"^((free|pack|scatter|vscatter)(:(excl|exclhost|shared|group=\w+))*)?$"
+_MAIL_EVENTS = r"^(n|[abejfp]+)$"
+_DEPEND = r"^[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+(,[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+)*$"
+_PLACES = frozenset({"", "free", "pack", "scatter", "vscatter"})
+_SIMPLE = NAME_CHARS + ",:@%/+="
+_QSUB_FLAG = r"(?s)^-([A-Za-z])( (.+))?$"
+_RESOURCE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # -o paths are [host:]path and directive lines split on blanks: keep job_dir plain.
-_JOB_DIR = re.compile(r"^/[A-Za-z0-9_./+@=,~-]*$")
+_JOB_DIR = NAME_CHARS + "/+@=,~"
 
 # qsub flags distspec writes itself, or that have their own option: say which.
 _QSUB_OWN = frozenset("NoejJIh")
@@ -139,7 +142,7 @@ def _bad(message: str) -> CompileError:
 def _plain(what: str, value: str) -> str:
     """``value`` for a ``#PBS`` line: qsub splits directives on blanks itself and
     quoting differs between servers, so only plain values are accepted."""
-    if not _SIMPLE.match(value):
+    if not value or value.strip(_SIMPLE):
         raise _bad(f"{what}={value!r}: a #PBS value may hold only letters, digits and _.,:@%/+=-")
     return value
 
@@ -147,7 +150,7 @@ def _plain(what: str, value: str) -> str:
 def _check_qsub_args(flags: Sequence[str]) -> list[str]:
     lines = []
     for flag in flags:
-        match = _QSUB_FLAG.match(flag)
+        match = re.compile(_QSUB_FLAG).fullmatch(flag)
         if match is None or any(c in flag for c in "\n\r\x00"):
             raise _bad(f"qsub_args: {flag!r} is not a qsub flag; write each as -X or '-X value'")
         letter, value = match.group(1), match.group(3) or ""
@@ -170,16 +173,16 @@ def _check_qsub_args(flags: Sequence[str]) -> list[str]:
 
 
 def _check_options(opts: PbsOptions) -> None:
-    if opts.walltime is not None and not _WALLTIME.match(opts.walltime):
+    if opts.walltime is not None and not re.compile(_WALLTIME).fullmatch(opts.walltime):
         raise _bad(f"walltime={opts.walltime!r}: expected SECONDS, MM:SS or HH:MM:SS")
-    if not _PLACE.match(opts.place):
+    if opts.place not in _PLACES and not re.compile(_PLACE).fullmatch(opts.place):
         raise _bad(
             f"place={opts.place!r}: expected free, pack, scatter or vscatter, optionally "
             "with :excl, :exclhost, :shared or :group=RESOURCE"
         )
-    if opts.mail_events is not None and not _MAIL_EVENTS.match(opts.mail_events):
+    if opts.mail_events is not None and not re.compile(_MAIL_EVENTS).fullmatch(opts.mail_events):
         raise _bad(f"mail_events={opts.mail_events!r}: expected letters of abe (or n for none)")
-    if opts.depend is not None and not _DEPEND.match(opts.depend):
+    if opts.depend is not None and not re.compile(_DEPEND).fullmatch(opts.depend):
         raise _bad(f"depend={opts.depend!r}: expected TYPE:JOBID[:JOBID...], e.g. afterok:1234")
     if opts.job_name_max < 1:
         raise _bad(f"job_name_max={opts.job_name_max}: must be at least 1")
@@ -198,7 +201,7 @@ def _check_options(opts: PbsOptions) -> None:
 
 def _check_job_dir(job_dir: str) -> None:
     check_job_dir(job_dir, NAME)
-    if not _JOB_DIR.match(job_dir):
+    if not job_dir.startswith("/") or job_dir.strip(_JOB_DIR):
         raise _bad(
             f"job_dir={job_dir!r}: PBS output paths may hold only letters, digits and _./+@=,~- "
             "(a ':' means host:path to qsub, a blank splits the directive)"
@@ -232,7 +235,7 @@ def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
         if res.gpu:
             chunk.append(f"ngpus={res.gpu}")
         for name, count in sorted(res.devices.items()):
-            if not _RESOURCE.match(name):
+            if not re.compile(_RESOURCE).fullmatch(name):
                 raise _bad(f"role {role.name!r}: device {name!r} is not a PBS resource name")
             chunk.append(f"{name}={count}")
         # Slurm's qsub wrapper reads a chunk's mem up to the next comma: keep it last.

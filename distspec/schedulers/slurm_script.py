@@ -27,7 +27,7 @@ from distspec.schedulers._batch import (
     task_function,
 )
 from distspec.schedulers._common import MacroValues, ShellExpr, log_file_name, shell_word
-from distspec.specs.app import AppDef, RetryPolicy, Role
+from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role, is_name
 from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
@@ -103,17 +103,18 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_TIME = re.compile(
-    r"^(UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}(:\d{1,2})?)?)$"
-)
+# Patterns are strings compiled on first use (re caches them): a dry run pays only for
+# the ones its options need.
+_TIME = r"^(UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}(:\d{1,2})?)?)$"
 _MAIL_TYPES = _words(
     "NONE BEGIN END FAIL REQUEUE ALL INVALID_DEPEND STAGE_OUT TIME_LIMIT "
     "TIME_LIMIT_90 TIME_LIMIT_80 TIME_LIMIT_50 ARRAY_TASKS"
 )
 _SIGNALS = _words("HUP INT QUIT USR1 USR2 TERM CONT STOP TSTP URG XCPU XFSZ VTALRM PROF WINCH PWR")
-_FLAG = re.compile(r"^--([A-Za-z][A-Za-z0-9-]*)(=.*)?$", re.DOTALL)
-_GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?$")
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+_FLAG = r"(?s)^--([A-Za-z][A-Za-z0-9-]*)(=.*)?$"
+_GRES = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?$"
+#: Characters an #SBATCH value may have without quotes.
+_PLAIN = NAME_CHARS + ",:@%/+="
 
 # Flags distspec writes itself; the value would be silently overridden or break the
 # layout (log paths, one task per node), so extra flags may not set them.
@@ -154,7 +155,7 @@ def sbatch_value(text: str) -> str:
     """
     if any(c in text for c in "\n\r\x00"):
         raise _bad(f"{text!r}: an #SBATCH value cannot contain a line break")
-    if re.fullmatch(r"[A-Za-z0-9_.,:@%/+=-]+", text):
+    if text and not text.strip(_PLAIN):
         return text
     parts = re.split(r'(")', text)
     return "".join("'\"'" if p == '"' else f'"{p}"' for p in parts if p) or '""'
@@ -162,7 +163,7 @@ def sbatch_value(text: str) -> str:
 
 def _check_flags(flags: Sequence[str], own: frozenset[str], option_name: str) -> None:
     for flag in flags:
-        match = _FLAG.match(flag)
+        match = re.compile(_FLAG).fullmatch(flag)
         if match is None:
             raise _bad(
                 f"{option_name}: {flag!r} is not a long flag; write each as --name or --name=value"
@@ -175,7 +176,7 @@ def _check_flags(flags: Sequence[str], own: frozenset[str], option_name: str) ->
 
 
 def _check_options(opts: SlurmOptions) -> None:
-    if opts.time is not None and not _TIME.match(opts.time):
+    if opts.time is not None and not re.compile(_TIME).fullmatch(opts.time):
         raise _bad(f"time={opts.time!r}: expected MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
     if opts.mail_type is not None:
         unknown = [t for t in opts.mail_type.split(",") if t.upper() not in _MAIL_TYPES]
@@ -231,7 +232,7 @@ def _resources(role: Role, opts: SlurmOptions) -> list[str]:
         else:
             flags.append(f"--gpus-per-node={res.gpu}")
     for name, count in sorted(res.devices.items()):
-        if not _GRES.match(name):
+        if not re.compile(_GRES).fullmatch(name):
             raise _bad(f"role {role.name!r}: device {name!r} is not a Slurm gres name")
         gres.append(f"{name}:{count}")
     if gres:
@@ -341,7 +342,7 @@ def _nodes(role: Role) -> str:
 
 def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str) -> str:
     """The sbatch script for ``app``: pure text, the same for the same inputs."""
-    if not _JOB_NAME.match(app.name):
+    if not is_name(app.name) or len(app.name) > 200:
         raise _bad(f"app name {app.name!r} is not a valid Slurm job name")
     _check_job_dir(job_dir)
     _check_options(opts)

@@ -10,7 +10,6 @@ which is what keeps a 1024-node request the size of a 2-node one. Any other
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 
 __all__ = ["Macro", "find", "split", "substitute"]
@@ -31,28 +30,37 @@ class Macro(str, enum.Enum):
         return "${" + self.value + "}"
 
 
-_PATTERN = re.compile(r"\$\{(" + "|".join(m.value for m in Macro) + r")\}")
-
-
-def find(text: str) -> set[Macro]:
-    """The macros that ``text`` uses."""
-    return {Macro(m.group(1)) for m in _PATTERN.finditer(text)}
+_BY_NAME = {m.value: m for m in Macro}
 
 
 def split(text: str) -> list[str | Macro]:
     """``text`` as alternating literal pieces and macros, in order; no empty pieces."""
     parts: list[str | Macro] = []
-    pos = 0
-    for match in _PATTERN.finditer(text):
-        if match.start() > pos:
-            parts.append(text[pos : match.start()])
-        parts.append(Macro(match.group(1)))
-        pos = match.end()
-    if pos < len(text):
-        parts.append(text[pos:])
+    literal = search = 0  # where the pending literal starts; where to look next
+    while (start := text.find("${", search)) >= 0:
+        end = text.find("}", start + 2)
+        if end < 0:
+            break
+        macro = _BY_NAME.get(text[start + 2 : end])
+        if macro is None:  # "${other}" or "${${app_id}": look again one character on
+            search = start + 1
+            continue
+        if start > literal:
+            parts.append(text[literal:start])
+        parts.append(macro)
+        literal = search = end + 1
+    if literal < len(text):
+        parts.append(text[literal:])
     return parts
+
+
+def find(text: str) -> set[Macro]:
+    """The macros that ``text`` uses."""
+    return {p for p in split(text) if isinstance(p, Macro)} if "${" in text else set()
 
 
 def substitute(text: str, values: Mapping[Macro, str]) -> str:
     """Replace each macro in ``text`` that ``values`` names; others stay as written."""
-    return _PATTERN.sub(lambda m: values.get(Macro(m.group(1)), m.group(0)), text)
+    if "${" not in text:
+        return text
+    return "".join(values.get(p, p.token) if isinstance(p, Macro) else p for p in split(text))

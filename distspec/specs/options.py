@@ -232,7 +232,7 @@ def options_to_strings(opts: Any) -> dict[str, str]:
     return {s.name: s.format(getattr(opts, s.name)) for s in option_specs(type(opts))}
 
 
-_NEXT_KEY = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_-]*=)")
+_NEXT_KEY = r",(?=\s*[A-Za-z_][A-Za-z0-9_-]*=)"
 
 
 def parse_cfg(text: str) -> dict[str, str]:
@@ -244,7 +244,7 @@ def parse_cfg(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     if not text.strip():
         return out
-    for pair in _NEXT_KEY.split(text):
+    for pair in re.compile(_NEXT_KEY).split(text):
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from distspec.errors import TopologyError
 from distspec.specs.frozen import frozen
 
 __all__ = ["Topology"]
 
-_FORM = re.compile(r"^(?:(?P<min>\d+):)?(?P<nodes>\d+)(?:x(?P<nproc>\d+))?$")
+
+def _number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 @frozen
@@ -56,12 +56,15 @@ class Topology:
         Raises:
             TopologyError: the value does not parse or describes an empty job.
         """
-        match = _FORM.match(text.strip())
-        if match is None:
-            if re.fullmatch(r"\s*(\d+:)?\d+x\s*", text):
+        # [MIN:]N[xM], taken apart with str methods: no regex to compile at start-up.
+        lo_text, colon, rest = text.strip().rpartition(":")
+        n_text, x, m_text = rest.partition("x")
+        if (colon and not _number(lo_text)) or not _number(n_text) or (x and not _number(m_text)):
+            if x and not m_text and (not colon or _number(lo_text)) and _number(n_text):
                 raise TopologyError(text, "'x' must be followed by the processes per node")
             raise TopologyError(text, "not a topology")
-        lo, n, m = match.group("min"), int(match.group("nodes")), match.group("nproc")
+        lo = lo_text if colon else None
+        n, m = int(n_text), (m_text if x else None)
         if m is not None:
             nodes, nproc = n, int(m)
         elif gpus_per_node:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,6 +40,25 @@ def test_substitution_replaces_exactly_the_macros(parts: list[str | Macro]) -> N
     expected = "".join(values[p] if isinstance(p, Macro) else p for p in macros.split(text))
     assert out == expected
     assert not macros.find(out)
+
+
+# The grammar of a macro, as a regex: the scanner in macros.split must agree with it.
+_MACRO = re.compile(r"\$\{(" + "|".join(m.value for m in Macro) + r")\}")
+
+
+@given(
+    st.lists(
+        st.one_of(st.text(alphabet="a${}_", max_size=5), st.sampled_from(list(Macro))),
+        max_size=8,
+    ).map(lambda ps: "".join(p.token if isinstance(p, Macro) else p for p in ps))
+)
+def test_split_finds_what_the_regex_finds(text: str) -> None:
+    expected = [Macro(m.group(1)) for m in _MACRO.finditer(text)]
+    parts = macros.split(text)
+    assert [p for p in parts if isinstance(p, Macro)] == expected
+    assert "".join(p.token if isinstance(p, Macro) else p for p in parts) == text
+    assert all(p for p in parts)  # no empty pieces
+    assert macros.substitute(text, {}) == text
 
 
 def test_handles() -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,3 +73,27 @@ def test_parse_format_round_trip(nodes: int, nproc: int, lo: int | None) -> None
         lo = nodes
     t = Topology(nodes=nodes, nproc_per_node=nproc, min_nodes=lo)
     assert Topology.parse(t.format()) == t
+
+
+_GRAMMAR = re.compile(r"(?:(\d+):)?(\d+)(?:x(\d+))?")
+
+
+@given(st.text(alphabet="0123456789x: ", max_size=9))
+def test_parse_accepts_exactly_the_grammar(text: str) -> None:
+    """The parser (str methods) agrees with the grammar written as a regex."""
+    match = _GRAMMAR.fullmatch(text.strip())
+    try:
+        Topology.parse(text)
+    except TopologyError as e:
+        accepted, reason = False, str(e)
+    else:
+        accepted, reason = True, ""
+    if match is None:
+        assert not accepted
+    elif accepted:
+        lo, n, m = match.groups()
+        t = Topology.parse(text)
+        assert t.nodes == (int(n) if m else 1)
+        assert t.min_nodes == (int(lo) if lo else None)
+    else:  # grammatical but meaningless: an empty job, MIN > MAX, MIN:MAX without xM
+        assert reason
