@@ -124,3 +124,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def run() -> None:
+    """The ``distspec`` console script: :func:`main`, then :func:`fast_exit`."""
+    fast_exit(main())
+
+
+def fast_exit(code: int) -> None:
+    """Leave with ``code``, skipping interpreter teardown when it has nothing to do.
+
+    Teardown frees every module and object one by one: ~5 ms of CPU after a dry
+    run, a tenth of the whole command. It matters only for what runs at exit:
+    atexit handlers (``weakref.finalize`` and ``logging`` register theirs there),
+    other threads, and unflushed output. So when no handler is registered and no
+    other thread runs, stdout and stderr are flushed and the process ends with
+    ``os._exit``; otherwise, or if flushing fails, it exits the normal way.
+    """
+    import atexit
+    import os
+
+    count = getattr(atexit, "_ncallbacks", None)  # CPython; elsewhere: the normal way
+    threading = sys.modules.get("threading")
+    if count is None or count() or (threading is not None and threading.active_count() > 1):
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken pipe: let the normal exit report it
+        sys.exit(code)
+    os._exit(code)

@@ -333,3 +333,56 @@ def test_module_component_from_the_working_directory(tmp_path: Path, state_dir: 
     assert "hi bob" in proc.stdout
     missing = distspec("run", "--dryrun", "nopkg.comps:hello", cwd=tmp_path)
     assert missing.returncode == 2 and "cannot import module 'nopkg.comps'" in missing.stderr
+
+
+def test_fast_exit_loses_no_output() -> None:
+    # ~200 KB of script: more than a pipe holds, so the end of it is still in
+    # distspec's buffer when main() returns; the fast exit must flush it.
+    script_args = [f"--arg{i}=value-{i}" for i in range(8000)]
+    proc = distspec(
+        "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "2x2", "--script", "main.py",
+        "--", *script_args,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) > 150_000
+    assert "--arg7999=value-7999" in proc.stdout
+    assert proc.stdout.endswith("\n")
+
+
+def test_fast_exit_flushes_buffered_output() -> None:
+    # Into a pipe, stdout is block-buffered: a short listing sits in the buffer
+    # until the exit flushes it (unless PYTHONUNBUFFERED says otherwise).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "distspec", "builtins"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "dist.ddp" in proc.stdout and "slurm" in proc.stdout
+
+
+def test_fast_exit_keeps_exit_codes() -> None:
+    assert (
+        distspec("run", "--dryrun", "-s", "nosuch", "dist.ddp", "--script", "m.py").returncode == 2
+    )
+    assert distspec("builtins").returncode == 0
+
+
+def test_exit_runs_atexit_handlers_a_component_registers(tmp_path: Path) -> None:
+    marker = tmp_path / "atexit-ran"
+    component = tmp_path / "comp.py"
+    component.write_text(
+        "import atexit, pathlib\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+        "from distspec.components.dist import ddp\n"
+        "def job(script: str) -> object:\n"
+        '    """A job.\n\n    Args:\n        script: the script.\n    """\n'
+        "    return ddp(script=script)\n"
+    )
+    proc = distspec("run", "--dryrun", f"{component}:job", "--script", "m.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "yes"
