@@ -36,54 +36,17 @@ from distspec.schedulers.pbs import (
 from distspec.schedulers.pbs_script import job_name
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from tests.conftest import FakeCommands
-
-JOB_DIR = "/shared/jobs"
-APP_ID = "train-0000abcd"
-
-
-def _torchrun(nodes: int, nproc: int) -> tuple[str, ...]:
-    return (
-        "--nnodes",
-        str(nodes),
-        "--nproc_per_node",
-        str(nproc),
-        "--node_rank",
-        "${replica_id}",
-        "--rdzv_backend",
-        "c10d",
-        "--rdzv_endpoint",
-        "${rank0_host}:29500",
-        "--rdzv_id",
-        "${app_id}",
-        "train.py",
-        "--lr",
-        "0.1",
-    )
+from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role
+from tests.schedulers.batch_apps import app as _app
+from tests.schedulers.batch_apps import bash_n as _bash_n
 
 
 def _role(nodes: int, nproc: int, *, gpu: int = 0, name: str = "trainer") -> Role:
-    return Role(
-        name=name,
-        entrypoint="torchrun",
-        args=_torchrun(nodes, nproc),
-        env={"LOGLEVEL": "INFO", "NODE": "${replica_id}"},
-        num_replicas=nodes,
-        resource=Resource(cpu=nproc * 2, gpu=gpu, mem_mb=nproc * 8192),
-    )
-
-
-def _app(*roles: Role, name: str = "train") -> AppDef:
-    return AppDef(name=name, roles=roles)
+    return trainer_role(nodes, nproc, gpu=gpu, name=name, node_rank=True)
 
 
 def _compile(app: AppDef, **opts: Any) -> str:
-    sched = PbsScheduler(state_dir=Path("/home/user/.local/state/distspec"))
-    options = sched.parse_options({"job_dir": JOB_DIR, **opts})
-    return sched.compile(app, options, app_id=APP_ID).render()
-
-
-def _bash_n(text: str) -> None:
-    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    return compile_text(PbsScheduler, app, **opts)
 
 
 ALL_OPTIONS = {

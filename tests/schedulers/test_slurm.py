@@ -29,56 +29,19 @@ from distspec.schedulers.slurm import (
 from distspec.schedulers.slurm_script import sbatch_value
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from tests.conftest import FakeCommands
-
-JOB_DIR = "/shared/jobs"
-APP_ID = "train-0000abcd"
-
-
-def _torchrun(nodes: str, nproc: int) -> tuple[str, ...]:
-    return (
-        "--nnodes",
-        nodes,
-        "--nproc_per_node",
-        str(nproc),
-        "--rdzv_backend",
-        "c10d",
-        "--rdzv_endpoint",
-        "${rank0_host}:29500",
-        "--rdzv_id",
-        "${app_id}",
-        "train.py",
-        "--lr",
-        "0.1",
-    )
+from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role
+from tests.schedulers.batch_apps import app as _app
+from tests.schedulers.batch_apps import bash_n as _bash_n
 
 
 def _role(
     nodes: int, nproc: int, *, gpu: int = 0, min_nodes: int | None = None, name: str = "trainer"
 ) -> Role:
-    nnodes = f"{min_nodes}:{nodes}" if min_nodes else str(nodes)
-    return Role(
-        name=name,
-        entrypoint="torchrun",
-        args=_torchrun(nnodes, nproc),
-        env={"LOGLEVEL": "INFO", "NODE": "${replica_id}"},
-        num_replicas=nodes,
-        min_replicas=min_nodes,
-        resource=Resource(cpu=nproc * 2, gpu=gpu, mem_mb=nproc * 8192),
-    )
-
-
-def _app(*roles: Role, name: str = "train") -> AppDef:
-    return AppDef(name=name, roles=roles)
+    return trainer_role(nodes, nproc, gpu=gpu, min_nodes=min_nodes, name=name)
 
 
 def _compile(app: AppDef, **opts: Any) -> str:
-    sched = SlurmScheduler(state_dir=Path("/home/user/.local/state/distspec"))
-    options = sched.parse_options({"job_dir": JOB_DIR, **opts})
-    return sched.compile(app, options, app_id=APP_ID).render()
-
-
-def _bash_n(text: str) -> None:
-    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    return compile_text(SlurmScheduler, app, **opts)
 
 
 ALL_OPTIONS = {

@@ -1,0 +1,64 @@
+"""The apps test_slurm and test_pbs compile, and the helpers both use.
+
+One torchrun role (``--nnodes N[:M]``, c10d on ``${rank0_host}``), optionally with
+``--node_rank ${replica_id}``, in an app named ``train`` with a fixed app id and
+job dir, so that both backends' goldens come from the same inputs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+from distspec.schedulers.api import Scheduler
+from distspec.specs import AppDef, Resource, Role
+
+JOB_DIR = "/shared/jobs"
+APP_ID = "train-0000abcd"
+STATE_DIR = "/home/user/.local/state/distspec"
+
+
+def torchrun_args(nnodes: str, nproc: int, *, node_rank: bool = False) -> tuple[str, ...]:
+    return (
+        *("--nnodes", nnodes, "--nproc_per_node", str(nproc)),
+        *(("--node_rank", "${replica_id}") if node_rank else ()),
+        *("--rdzv_backend", "c10d", "--rdzv_endpoint", "${rank0_host}:29500"),
+        *("--rdzv_id", "${app_id}", "train.py", "--lr", "0.1"),
+    )
+
+
+def trainer_role(
+    nodes: int,
+    nproc: int,
+    *,
+    gpu: int = 0,
+    min_nodes: int | None = None,
+    name: str = "trainer",
+    node_rank: bool = False,
+) -> Role:
+    nnodes = f"{min_nodes}:{nodes}" if min_nodes else str(nodes)
+    return Role(
+        name=name,
+        entrypoint="torchrun",
+        args=torchrun_args(nnodes, nproc, node_rank=node_rank),
+        env={"LOGLEVEL": "INFO", "NODE": "${replica_id}"},
+        num_replicas=nodes,
+        min_replicas=min_nodes,
+        resource=Resource(cpu=nproc * 2, gpu=gpu, mem_mb=nproc * 8192),
+    )
+
+
+def app(*roles: Role, name: str = "train") -> AppDef:
+    return AppDef(name=name, roles=roles)
+
+
+def compile_text(scheduler: type[Scheduler[Any]], app: AppDef, **opts: Any) -> str:
+    """The rendered dry run of ``app`` on ``scheduler`` with ``job_dir`` and ``opts``."""
+    sched = scheduler(state_dir=STATE_DIR)
+    options = sched.parse_options({"job_dir": JOB_DIR, **opts})
+    return sched.compile(app, options, app_id=APP_ID).render()
+
+
+def bash_n(text: str) -> None:
+    """``text`` parses as bash."""
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
