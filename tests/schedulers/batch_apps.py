@@ -8,6 +8,7 @@ job dir, so that both backends' goldens come from the same inputs.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from distspec.schedulers.api import Scheduler
@@ -62,3 +63,12 @@ def compile_text(scheduler: type[Scheduler[Any]], app: AppDef, **opts: Any) -> s
 def bash_n(text: str) -> None:
     """``text`` parses as bash."""
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie that nobody reaps counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"

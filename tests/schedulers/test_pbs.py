@@ -39,6 +39,7 @@ from tests.conftest import FakeCommands
 from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role
 from tests.schedulers.batch_apps import app as _app
 from tests.schedulers.batch_apps import bash_n as _bash_n
+from tests.schedulers.batch_apps import pid_gone as _gone
 
 
 def _role(nodes: int, nproc: int, *, gpu: int = 0, name: str = "trainer") -> Role:
@@ -490,15 +491,6 @@ def test_a_retry_waits_for_its_own_replicas(tmp_path: Path) -> None:
     folder = tmp_path / "jobs" / APP_ID
     assert (folder / "attempt").read_text().strip() == "1"
     assert [(folder / f"r-{i}.exit").read_text().strip() for i in (0, 1)] == ["0", "0"]
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has ended (a zombie that nobody reaps counts as ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def test_a_failure_stops_what_the_other_launchers_started(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from tests.conftest import FakeCommands
 from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role
 from tests.schedulers.batch_apps import app as _app
 from tests.schedulers.batch_apps import bash_n as _bash_n
+from tests.schedulers.batch_apps import pid_gone as _gone
 
 
 def _role(
@@ -433,15 +434,6 @@ def test_retries_rerun_the_steps(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "retry 1 of 2" in proc.stderr
     assert (tmp_path / "jobs" / "retry-42" / "attempt").read_text().strip() == "1"
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has ended (a zombie that nobody reaps counts as ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def test_a_failing_step_stops_the_other_steps_tasks(tmp_path: Path) -> None:
