@@ -21,16 +21,31 @@ if TYPE_CHECKING:
 
 __all__ = ["dump", "dump_all"]
 
-_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./@-]*(?::[A-Za-z0-9_./@-]+)*")
+# Plain (unquoted) strings: [A-Za-z_/][A-Za-z0-9_./@-]* with single inner colons,
+# checked with str methods (no regex to compile at start-up).
+_PLAIN_FIRST = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_/"
+_PLAIN_CHARS = _PLAIN_FIRST + "0123456789.@-:"
 # YAML 1.1 resolves these plain words to booleans or null.
 _RESERVED = frozenset(["y", "yes", "n", "no", "true", "false", "on", "off", "null"])
 # Inside double quotes YAML folds or rejects these; JSON leaves them raw.
-_SPECIAL = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
+_SPECIAL = "[\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]"
+
+
+def _is_plain(text: str) -> bool:
+    return (
+        text != ""
+        and text[0] in _PLAIN_FIRST
+        and not text.strip(_PLAIN_CHARS)
+        and "::" not in text
+        and not text.endswith(":")
+    )
 
 
 def _quote(text: str) -> str:
     quoted = json.dumps(text, ensure_ascii=False)
-    return _SPECIAL.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+    if quoted.isascii() and "\x7f" not in quoted:
+        return quoted
+    return re.compile(_SPECIAL).sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
 
 
 def _scalar(value: Any) -> str:
@@ -43,7 +58,7 @@ def _scalar(value: Any) -> str:
     if isinstance(value, float):
         return json.dumps(value)
     if isinstance(value, str):
-        if _PLAIN.fullmatch(value) and value.lower() not in _RESERVED:
+        if _is_plain(value) and value.lower() not in _RESERVED:
             return value
         return _quote(value)
     raise TypeError(f"cannot write {type(value).__name__} as YAML")

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from distspec.errors import CompileError
 from distspec.specs import macros
-from distspec.specs.app import AppDef, Role
+from distspec.specs.app import NAME_CHARS, AppDef, Role
 from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
@@ -139,14 +139,19 @@ class KubernetesOptions:
 # --------------------------------------------------------------------- names
 
 
+_DNS_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-"
+
+
 def _dns_label(text: str, limit: int) -> str:
     """A DNS-1035 label (lowercase alphanumerics and '-', starts with a letter) of <= limit chars.
 
     Idempotent: a valid label that fits comes back unchanged. Longer text keeps
     its head and its last 8 characters (the random part of an app id).
     """
-    s = re.sub(r"[^a-z0-9-]+", "-", text.lower())
-    s = re.sub(r"-{2,}", "-", s).strip("-")
+    s = "".join(c if c in _DNS_CHARS else "-" for c in text.lower())
+    while "--" in s:
+        s = s.replace("--", "-")
+    s = s.strip("-")
     if not s or not s[0].isalpha():
         s = f"x{s}" if s else "x"
     if len(s) > limit:
@@ -202,6 +207,8 @@ def k8s_escape(literal: str) -> str:
     any other ``$`` stays. So a ``$`` is doubled when a ``(`` or ``$`` follows it,
     or when it ends the piece (a runtime reference may follow it).
     """
+    if "$" not in literal:
+        return literal
     return re.compile(_NEEDS_ESCAPE).sub("$$", literal)
 
 
@@ -325,8 +332,10 @@ def _labels(names: Names, app: AppDef, opts: KubernetesOptions) -> dict[str, str
 
 
 def _label_value(text: str) -> str:
-    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+    value = "".join(c if c in NAME_CHARS else "\0" for c in text)
+    while "\0\0" in value:
+        value = value.replace("\0\0", "\0")
+    return value.replace("\0", "-")[:63].strip("_.-")
 
 
 def _meta(name: str, opts: KubernetesOptions, labels: Mapping[str, str]) -> dict[str, Any]:

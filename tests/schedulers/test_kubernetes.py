@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from distspec.errors import CompileError, OptionError
 from distspec.schedulers.api import Request
@@ -448,3 +451,15 @@ def test_compile_module_imports_no_yaml_at_import() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+@given(st.text(alphabet="aZ9_.-%$ é", max_size=80))
+def test_name_sanitisers_agree_with_their_regex_definitions(text: str) -> None:
+    from distspec.schedulers import kubernetes_manifest as km
+
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
+    assert km._label_value(text) == re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", label)
+    dns = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower())).strip("-")
+    if dns and dns[0].isalpha() and len(dns) <= 40:
+        assert km._dns_label(text, 40) == dns
+    assert k8s_escape(text.replace("$", "")) == text.replace("$", "")
