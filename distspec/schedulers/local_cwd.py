@@ -427,7 +427,8 @@ class LocalScheduler(Scheduler[LocalOptions]):
 
     def cancel(self, app_id: str) -> None:
         """SIGTERM the supervisor (it stops every replica: SIGTERM to each process group,
-        SIGKILL after ``grace_period``) and wait until the run is terminal."""
+        SIGKILL after ``grace_period``) and wait until the run is terminal and the
+        supervisor has exited (it writes the final state a moment before it exits)."""
         import signal
         import time
 
@@ -445,7 +446,8 @@ class LocalScheduler(Scheduler[LocalOptions]):
         deadline = time.monotonic() + grace + 10.0
         while time.monotonic() < deadline:
             data = self._checked_state(app_id)
-            if data is None or data["state"] in _TERMINAL:
+            ended = data is None or data["state"] in _TERMINAL
+            if ended and not sup.is_alive(pid, starttime):
                 return
             time.sleep(WAIT_INTERVAL)
         # An unresponsive supervisor: kill it; the next read records the death.
