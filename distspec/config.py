@@ -37,10 +37,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import field
 
 from distspec.errors import ConfigError
-from distspec.specs.frozen import frozen
+from distspec.specs.frozen import field, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

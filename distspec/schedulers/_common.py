@@ -12,7 +12,7 @@ from distspec.errors import CompileError
 from distspec.schedulers.api import Capabilities
 from distspec.specs import macros
 from distspec.specs.app import AppDef, Role
-from distspec.specs.frozen import frozen, frozendict
+from distspec.specs.frozen import frozen, frozendict, replace
 from distspec.specs.macros import Macro
 
 TYPE_CHECKING = False
@@ -75,9 +75,7 @@ def shell_join(argv: Sequence[str], values: MacroValues) -> str:
 
 def substitute_role(role: Role, values: Mapping[Macro, str]) -> Role:
     """``role`` with every macro in args and env replaced by a literal value."""
-    import dataclasses
-
-    return dataclasses.replace(
+    return replace(
         role,
         args=tuple(macros.substitute(a, values) for a in role.args),
         env=frozendict({k: macros.substitute(v, values) for k, v in role.env.items()}),

@@ -15,11 +15,10 @@ import abc
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import field
 
 from distspec.errors import SchedulerError
 from distspec.specs.app import SCRIPT_METADATA, AppDef
-from distspec.specs.frozen import FrozenDict, frozen
+from distspec.specs.frozen import FrozenDict, field, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
 

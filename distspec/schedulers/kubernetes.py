@@ -40,7 +40,7 @@ from distspec.schedulers.kubernetes_manifest import (
     k8s_id,
     k8s_role,
 )
-from distspec.specs.frozen import FrozenDict, frozen
+from distspec.specs.frozen import FrozenDict, frozen, replace
 from distspec.specs.macros import Macro
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
@@ -139,10 +139,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     # -- the pure half ---------------------------------------------------------
 
     def compile(self, app: AppDef, opts: KubernetesOptions, *, app_id: str) -> Request:
-        import dataclasses
-
         # Elastic roles are judged per flavour by build_manifests, with a better message.
-        check_capabilities(app, dataclasses.replace(self.capabilities, elastic=True), self.name)
+        check_capabilities(app, replace(self.capabilities, elastic=True), self.name)
         docs = build_manifests(app, opts, app_id=app_id)
         kid = k8s_id(app_id)
         ns = opts.namespace

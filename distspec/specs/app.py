@@ -1,17 +1,17 @@
 """The IR: AppDef, Role, Resource and RetryPolicy.
 
 Frozen and validated at construction: an invalid AppDef cannot exist.
-Derive a changed one with :func:`dataclasses.replace`.
+Derive a changed one with :func:`dataclasses.replace` (or
+:func:`distspec.specs.frozen.replace`, which does not import ``dataclasses``).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import field, fields
 
 from distspec.errors import SpecError
-from distspec.specs.frozen import FrozenDict, frozen, frozendict
+from distspec.specs.frozen import FrozenDict, field, fields, frozen, frozendict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

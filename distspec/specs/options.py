@@ -16,15 +16,14 @@ String syntax for values: booleans ``true/false/yes/no/1/0``; lists are
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import inspect
 import re
+import sys
 from collections.abc import Mapping
 
 from distspec._typing import union_members
 from distspec.errors import OptionError
-from distspec.specs.frozen import FrozenDict, frozen
+from distspec.specs.frozen import MISSING, FrozenDict, field, fields, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,8 +44,18 @@ __all__ = [
 
 
 def option(default: Any, help: str) -> Any:
-    """A dataclass field that is a run option with ``help`` text."""
-    return dataclasses.field(default=default, metadata={"help": help})
+    """A field that is a run option with ``help`` text, for an ``@frozen`` options class
+    or a ``dataclasses`` one.
+
+    A ``@dataclass`` decorator is evaluated before the class body it decorates, so
+    ``dataclasses`` is loaded by the time its options are declared: they get a
+    ``dataclasses.field``. Otherwise (``@frozen``, which also accepts that) the field
+    comes from :mod:`distspec.specs.frozen` and ``dataclasses`` stays unimported.
+    """
+    dc = sys.modules.get("dataclasses")
+    if dc is not None:
+        return dc.field(default=default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
@@ -163,15 +172,13 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
     cached = _SPECS.get(cls)
     if cached is not None:
         return cached
-    hints: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):  # a subclass may add or re-declare options
-        if dataclasses.is_dataclass(klass):
-            hints.update(inspect.get_annotations(klass, eval_str=True))
+    dc = sys.modules.get("dataclasses")  # a dataclasses options class has its MISSING
     specs = []
-    for f in dataclasses.fields(cls):
-        kind, optional, enum_type = _classify(hints[f.name], cls, f.name)
+    for f in fields(cls):
+        kind, optional, enum_type = _classify(_annotation(cls, f.name), cls, f.name)
         choices = tuple(str(m.value) for m in enum_type) if enum_type else ()
-        default = f.default if f.default is not dataclasses.MISSING else None
+        missing = f.default is MISSING or (dc is not None and f.default is dc.MISSING)
+        default = None if missing else f.default
         specs.append(
             OptionSpec(
                 name=f.name,
@@ -186,6 +193,25 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
     result = tuple(specs)
     _SPECS[cls] = result
     return result
+
+
+def _annotation(cls: type, name: str) -> Any:
+    """The evaluated annotation of field ``name``, from the class in ``cls``'s MRO that
+    declares it (what ``typing.get_type_hints`` would give, without importing typing)."""
+    for klass in cls.__mro__:
+        declared = klass.__dict__.get("__annotations__", {})  # noqa: RUF063 -- no inspect
+        if name in declared:
+            annotation = declared[name]
+            if not isinstance(annotation, str):
+                return annotation
+            scope = vars(sys.modules[klass.__module__])
+            try:
+                return eval(annotation, scope, dict(vars(klass)))
+            except Exception as e:
+                raise TypeError(
+                    f"{cls.__name__}.{name}: cannot evaluate {annotation!r}: {e}"
+                ) from e
+    raise TypeError(f"{cls.__name__}.{name}: no annotation")
 
 
 def _classify(tp: Any, cls: type, name: str) -> tuple[str, bool, type[enum.Enum] | None]:

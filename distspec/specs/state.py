@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import field
 
-from distspec.specs.frozen import frozen
+from distspec.specs.frozen import field, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

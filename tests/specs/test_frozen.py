@@ -1,4 +1,5 @@
-"""``@frozen`` behaves like ``@dataclass(frozen=True, slots=True, kw_only=True)``.
+"""``@frozen`` behaves like ``@dataclass(frozen=True, slots=True, kw_only=True)``,
+without importing ``dataclasses`` until something asks for a dataclass view.
 
 Each check builds the same class both ways and compares what users can see:
 constructor errors, repr, equality, hashing, ``dataclasses`` helpers, pickling and
@@ -9,16 +10,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import pickle
 import subprocess
 import sys
 from dataclasses import FrozenInstanceError, dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distspec.specs.frozen import FrozenDict, frozen, frozendict
+from distspec.specs.frozen import FrozenDict, fields, frozen, frozendict, replace
+from distspec.specs.frozen import field as frozen_field
 
 
 @frozen
@@ -28,7 +32,7 @@ class Point:
     x: int
     y: int = 0
     tags: tuple[str, ...] = ()
-    extra: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    extra: dict[str, int] = frozen_field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,3 +220,72 @@ print([f.name for f in dataclasses.fields(WithClassVar)], WithClassVar.limit)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["['value']", "3"]
+
+
+def test_own_fields_and_replace_match_dataclasses() -> None:
+    p = Point(x=1, y=2, tags=("a",))
+    assert [f.name for f in fields(p)] == [f.name for f in dataclasses.fields(RefPoint)]
+    assert [f.compare for f in fields(Point)] == [f.compare for f in dataclasses.fields(RefPoint)]
+    assert replace(p, y=5) == dataclasses.replace(p, y=5) == Point(x=1, y=5, tags=("a",))
+    ref = RefPoint(x=1)
+    assert fields(ref) == dataclasses.fields(ref)  # dataclasses from elsewhere: delegated
+    assert replace(ref, x=2) == RefPoint(x=2)
+
+
+def test_dataclass_view_carries_defaults_and_metadata() -> None:
+    @frozen
+    class Opts:
+        name: str = frozen_field(default="n", metadata={"help": "the name"})
+        count: int = 1
+
+    view = {f.name: f for f in dataclasses.fields(Opts)}
+    assert view["name"].default == "n" and view["name"].metadata["help"] == "the name"
+    assert view["count"].default == 1 and view["count"].kw_only is True
+    assert Opts.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert dataclasses.asdict(Opts()) == {"name": "n", "count": 1}
+
+
+def test_a_dataclasses_field_is_accepted_too() -> None:
+    @frozen
+    class Mixed:
+        items: list[int] = field(default_factory=list)
+
+    assert Mixed().items == [] and Mixed().items is not Mixed().items
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("items: list[int] = []", "mutable default list"),
+        ("x: InitVar[int] = 0", "InitVar"),
+        ("x: int = frozen_field(init=False)", "init=False needs a default"),
+    ],
+)
+def test_unsupported_declarations_are_errors(body: str, message: str) -> None:
+    namespace: dict[str, object] = {"frozen_field": frozen_field}
+    code = f"class Bad:\n    {body}\n"
+    exec(code, namespace)
+    with pytest.raises((TypeError, ValueError), match=message):
+        frozen(namespace["Bad"])  # type: ignore[call-overload]
+
+
+def test_defining_and_using_records_does_not_import_dataclasses() -> None:
+    code = """
+import sys
+from distspec.specs.app import AppDef, Resource, Role
+from distspec.specs.frozen import replace
+role = Role(name="r", entrypoint="e", resource=Resource(cpu=2))
+app = replace(AppDef(name="a", roles=(role,)), name="b")
+assert app.name == "b" and hash(app) and repr(app)
+print("dataclasses" in sys.modules, "inspect" in sys.modules)
+"""
+    # -S: no site, so no .pth file (an editable install's finder) imports anything first.
+    repo = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": repo},
+    )
+    assert out.stdout.split() == ["False", "False"]
