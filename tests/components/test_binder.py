@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import textwrap
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 from hypothesis import given
@@ -456,3 +456,18 @@ def test_component_help_is_exception_not_usage_error() -> None:
 def test_prog_with_or_without_the_component_name() -> None:
     assert help_text(SINK, "distspec run").startswith("usage: distspec run sink [--help]")
     assert help_text(SINK, "distspec run sink").startswith("usage: distspec run sink [--help]")
+
+
+def _f1(a: int, b: str = "x") -> None: ...
+def _f2(a: int, /, b: int, *, c: bool = False, d: float) -> None: ...
+def _f3(*args: str) -> None: ...
+def _f4(a: int, *rest: str, flag: bool = True, **extra: str) -> None: ...
+def _f5(a: list[str] | None = None, b: int = 3) -> None: ...
+def _f6() -> None: ...
+
+
+@pytest.mark.parametrize("fn", [_f1, _f2, _f3, _f4, _f5, _f6])
+def test_signature_from_code_matches_inspect(fn: Any) -> None:
+    from distspec.components.binder import _signature, _signature_by_inspect
+
+    assert _signature(fn) == _signature_by_inspect(fn)
