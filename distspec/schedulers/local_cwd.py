@@ -15,6 +15,7 @@ Run directory::
     plan.json        the compiled request (``distspec run --dryrun`` prints it)
     state.json       the supervisor's view, replaced atomically on every change
     supervisor.log   the supervisor's own stdout/stderr (empty unless it crashed)
+    alive.fifo       held open by the supervisor until the state is final (``wait``)
     logs/<role>-<replica>.stdout / .stderr   what the replica wrote, byte for byte
     logs/<role>-<replica>.log                both streams, one line per record:
                                              ``<unix time> <O|E|D> <text>``
@@ -48,8 +49,15 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalOptions", "LocalScheduler"]
 
-#: Interval of the state-file check in :meth:`LocalScheduler.wait`; a stat() call.
+#: Interval of the state-file check in :meth:`LocalScheduler.wait` (a stat() call)
+#: while the supervisor's end cannot be waited for (no ``alive.fifo``, or just after
+#: it ended), and of :meth:`LocalScheduler.cancel`.
 WAIT_INTERVAL = 0.005
+#: Interval of the state-file check while ``wait`` blocks on ``alive.fifo``; the end
+#: of the run wakes it at once, this only paces intermediate changes.
+WAIT_SLOW_INTERVAL = 0.1
+#: How often ``wait`` also checks that the supervisor is alive.
+LIVENESS_INTERVAL = 0.25
 #: How long ``submit`` waits for the supervisor's first state before giving up.
 START_TIMEOUT = 60.0
 #: How often ``log --follow`` looks for new lines.
@@ -344,34 +352,61 @@ class LocalScheduler(Scheduler[LocalOptions]):
         timeout: float | None = None,
         on_status: Callable[[AppStatus], None] | None = None,
     ) -> AppStatus | None:
-        """Follow the state file: a stat() every few ms, a full read only when it changed
-        (the supervisor replaces it on every change), a liveness check a few times a second."""
+        """Follow the state file: block on the supervisor's ``alive.fifo`` (it hangs up
+        when the run has ended or the supervisor died), with a stat() of the state file
+        every :data:`WAIT_SLOW_INTERVAL` for intermediate changes and a liveness check
+        every :data:`LIVENESS_INTERVAL`. Without the FIFO (a supervisor that could not
+        create it), a stat() every :data:`WAIT_INTERVAL`; after the hang-up, a full
+        check every :data:`WAIT_INTERVAL` until the state is terminal (a killed
+        supervisor closes its files a moment before it counts as dead)."""
+        import select
         import time
 
-        from distspec.schedulers.local_supervisor import STATE_FILE
+        from distspec.schedulers.local_supervisor import ALIVE_FIFO, STATE_FILE
 
-        path = self.run_dir(app_id) / STATE_FILE
+        run_dir = self.run_dir(app_id)
+        path = run_dir / STATE_FILE
         deadline = None if timeout is None else time.monotonic() + timeout
         last_key: tuple[int, int] | None = None
         last_check = 0.0
         status: AppStatus | None = None
-        while True:
-            try:
-                st = os.stat(path)
-                key: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
-            except FileNotFoundError:
-                key = None
-            now = time.monotonic()
-            if key != last_key or now - last_check >= 0.25:
-                last_key, last_check = key, now
-                status = self.describe(app_id)
-                if on_status is not None and status is not None:
-                    on_status(status)
-                if status is None or status.is_terminal:
+        alive = _open_alive(run_dir / ALIVE_FIFO)
+        hung_up = False
+        poller = select.poll()
+        if alive is not None:
+            poller.register(alive, select.POLLIN)
+        try:
+            while True:
+                try:
+                    st = os.stat(path)
+                    key: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+                except FileNotFoundError:
+                    key = None
+                now = time.monotonic()
+                if hung_up or key != last_key or now - last_check >= LIVENESS_INTERVAL:
+                    last_key, last_check = key, now
+                    status = self.describe(app_id)
+                    if on_status is not None and status is not None:
+                        on_status(status)
+                    if status is None or status.is_terminal:
+                        return status
+                if deadline is not None and now >= deadline:
                     return status
-            if deadline is not None and now >= deadline:
-                return status
-            time.sleep(WAIT_INTERVAL)
+                pause = WAIT_INTERVAL if alive is None else WAIT_SLOW_INTERVAL
+                if deadline is not None:
+                    pause = max(0.0, min(pause, deadline - now))
+                if alive is None:
+                    time.sleep(pause)
+                elif poller.poll(pause * 1000):
+                    # Hung up (or, against the protocol, written to): the state is
+                    # final or the supervisor is dying; read it until it says so.
+                    poller.unregister(alive)
+                    os.close(alive)
+                    alive = None
+                    hung_up = True
+        finally:
+            if alive is not None:
+                os.close(alive)
 
     def log_iter(
         self,
@@ -486,6 +521,21 @@ class LocalScheduler(Scheduler[LocalOptions]):
             )
         found.sort(key=lambda item: item[0], reverse=True)
         return [summary for _, summary in found]
+
+
+def _open_alive(path: Path) -> int | None:
+    """A read end of the supervisor's ``alive.fifo`` (without waiting for a writer),
+    or None if there is none to open."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def _read_with_timeout(stream: Any, timeout: float) -> bytes:

@@ -40,6 +40,7 @@ import time
 from typing import Any
 
 __all__ = [
+    "ALIVE_FIFO",
     "APP_ID_ENV",
     "STATE_FILE",
     "hunt",
@@ -53,6 +54,10 @@ __all__ = [
 APP_ID_ENV = "DISTSPEC_APP_ID"
 STATE_FILE = "state.json"
 PLAN_FILE = "plan.json"
+#: A FIFO the supervisor holds open for writing until it has written the final state
+#: (or dies): a reader that opened it while the supervisor had it open sees POLLHUP
+#: at that moment, so ``wait`` blocks on it instead of polling.
+ALIVE_FIFO = "alive.fifo"
 SCHEMA_VERSION = 1
 
 _PR_SET_PDEATHSIG = 1
@@ -729,6 +734,9 @@ class Supervisor:
             signal.signal(sig, on_term)
         signal.signal(signal.SIGCHLD, lambda s, f: None)
         wake = [wake_r, wake_w, msg_r]
+        alive = _open_alive_fifo(os.path.join(self.run_dir, ALIVE_FIFO))
+        if alive is not None:
+            wake.append(alive)  # keepers close it: only the supervisor holds it open
         if ready_fd is not None:
             os.set_inheritable(ready_fd, False)
             wake.append(ready_fd)
@@ -795,7 +803,23 @@ class Supervisor:
                 r.state = "CANCELLED"
                 r.reason = r.reason or "never restarted"
         self.write_state(ended=True)
+        if alive is not None:
+            os.close(alive)  # wakes every waiter now, not at the end of interpreter exit
         return 0
+
+
+def _open_alive_fifo(path: str) -> int | None:
+    """Create ``path`` as a FIFO and open it for writing (close-on-exec); None where
+    the file system has no FIFOs (waiters then poll)."""
+    try:
+        try:
+            os.mkfifo(path, 0o600)
+        except FileExistsError:
+            pass
+        # O_RDWR: opening a FIFO for writing alone would block until a reader comes.
+        return os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 def _describe_rc(rc: int) -> str:

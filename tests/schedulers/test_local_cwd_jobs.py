@@ -498,3 +498,103 @@ def test_status_right_after_run_and_from_a_new_process(state_dir: Path, tmp_path
     assert cli("status", handle, cwd=tmp_path).stdout.strip() == "RUNNING"
     assert cli("cancel", handle, cwd=tmp_path).returncode == 0
     assert not survivors(app_id(handle), state(state_dir, handle))
+
+
+# -- waiting on alive.fifo ------------------------------------------------------------
+
+
+def _fifo_writers(fifo: Path) -> set[int]:
+    """Pids that hold ``fifo`` open (the supervisor opens it read-write)."""
+    holders = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{name}/fd/{fd}") == str(fifo):
+                    holders.add(int(name))
+            except OSError:
+                continue
+    return holders
+
+
+def test_only_the_supervisor_holds_alive_fifo(state_dir: Path, tmp_path: Path) -> None:
+    """Keepers and commands must not inherit it: one left open would keep `wait`
+    from seeing the end (or the death) of the supervisor."""
+    handle = submit("utils.sh", "--", "sleep 600", cwd=tmp_path)
+    data = state(state_dir, handle)
+    fifo = state_dir / "local_cwd" / app_id(handle) / "alive.fifo"
+    assert fifo.is_fifo()
+    assert _fifo_writers(fifo) == {int(data["supervisor"]["pid"])}
+    assert cli("cancel", handle, cwd=tmp_path).returncode == 0
+    assert _fifo_writers(fifo) == set(), "the supervisor closes it once the state is final"
+
+
+@pytest.fixture
+def slow_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """State-file checks and liveness checks so rare that only the FIFO can end a wait."""
+    from distspec.schedulers import local_cwd
+
+    monkeypatch.setattr(local_cwd, "WAIT_SLOW_INTERVAL", 3600.0)
+    monkeypatch.setattr(local_cwd, "LIVENESS_INTERVAL", 3600.0)
+
+
+def _wait_in_thread(runner: Runner, handle: Any, **kw: Any) -> Any:
+    """``runner.wait(handle)`` without a timeout, given a generous bound (not a timing
+    assertion: with :func:`slow_polls`, a wait that misses the FIFO blocks for an hour)."""
+    import threading
+
+    result: list[Any] = []
+    waiter = threading.Thread(target=lambda: result.append(runner.wait(handle, **kw)), daemon=True)
+    waiter.start()
+    waiter.join(60)
+    assert result, "wait did not return: it missed the supervisor's hang-up"
+    return result[0]
+
+
+def test_wait_wakes_up_at_the_end_through_the_fifo(
+    state_dir: Path, tmp_path: Path, slow_polls: None
+) -> None:
+    runner = _runner()
+    role = Role(name="w", entrypoint="sh", args=("-c", "sleep 0.5; exit 3"))
+    handle = runner.run(AppDef(name="short", roles=(role,)), "local_cwd")
+    seen: list[AppState] = []
+    status = _wait_in_thread(runner, handle, on_status=lambda s: seen.append(s.state))
+    assert status is not None and status.state is AppState.FAILED
+    assert seen[0] is AppState.RUNNING and seen[-1] is AppState.FAILED
+
+
+def test_wait_sees_a_killed_supervisor_through_the_fifo(
+    state_dir: Path, tmp_path: Path, slow_polls: None
+) -> None:
+    runner = _runner()
+    role = Role(name="w", entrypoint="sleep", args=("600",))
+    handle = runner.run(AppDef(name="orphan", roles=(role,)), "local_cwd")
+    data = state(state_dir, str(handle))
+    killed: list[int] = []
+
+    def kill_once_waiting(status: Any) -> None:
+        # The first status comes after wait opened the FIFO: the hang-up is what ends
+        # it. (Had the supervisor died before that, only the liveness check would.)
+        if not killed:
+            killed.append(int(data["supervisor"]["pid"]))
+            os.kill(killed[0], signal.SIGKILL)
+
+    status = _wait_in_thread(runner, handle, on_status=kill_once_waiting)
+    assert status is not None and status.state is AppState.FAILED
+    assert status.msg == "supervisor died"
+    wait_until(lambda: not survivors(app_id(str(handle)), data), "every process to die")
+
+
+def test_wait_without_fifo_polls(state_dir: Path, tmp_path: Path, slow_polls: None) -> None:
+    """A run directory without alive.fifo (a file system without FIFOs) still ends."""
+    runner = _runner()
+    role = Role(name="w", entrypoint="sh", args=("-c", "sleep 0.5"))
+    handle = runner.run(AppDef(name="nofifo", roles=(role,)), "local_cwd")
+    (state_dir / "local_cwd" / app_id(str(handle)) / "alive.fifo").unlink()
+    status = _wait_in_thread(runner, handle)
+    assert status is not None and status.state is AppState.SUCCEEDED
