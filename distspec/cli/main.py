@@ -139,18 +139,24 @@ def fast_exit(code: int) -> None:
     atexit handlers (``weakref.finalize`` and ``logging`` register theirs there),
     other threads, and unflushed output. So when no handler is registered and no
     other thread runs, stdout and stderr are flushed and the process ends with
-    ``os._exit``; otherwise, or if flushing fails, it exits the normal way.
+    ``os._exit``; otherwise it exits the normal way.
+
+    Output nobody reads any more (``distspec ... | head -1``) is dropped without
+    the "Exception ignored ... BrokenPipeError" Python would print at exit.
     """
     import atexit
     import os
 
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     count = getattr(atexit, "_ncallbacks", None)  # CPython; elsewhere: the normal way
     threading = sys.modules.get("threading")
     if count is None or count() or (threading is not None and threading.active_count() > 1):
         sys.exit(code)
     try:
-        sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):  # a closed or broken pipe: let the normal exit report it
+    except (OSError, ValueError):
         sys.exit(code)
     os._exit(code)

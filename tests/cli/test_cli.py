@@ -396,3 +396,24 @@ def test_exit_runs_atexit_handlers_a_component_registers(tmp_path: Path) -> None
     proc = distspec("run", "--dryrun", f"{component}:job", "--script", "m.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert marker.read_text() == "yes"
+
+
+def test_output_to_a_closed_pipe_is_dropped_quietly() -> None:
+    # `distspec builtins | true`: the reader is gone before distspec flushes.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "distspec", "builtins"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "BrokenPipeError" not in proc.stderr
