@@ -227,7 +227,6 @@ class LocalScheduler(Scheduler[LocalOptions]):
     def submit(self, request: Request) -> str:
         """Write the run directory and start the supervisor detached; returns the app id
         once the supervisor has started every replica and written its first state."""
-        import subprocess
         import sys
 
         from distspec.schedulers import local_supervisor as sup
@@ -253,38 +252,51 @@ class LocalScheduler(Scheduler[LocalOptions]):
         ready_r, ready_w = os.pipe()
         argv = [
             sys.executable,
-            "-I",  # isolated: no PYTHON* variables, no script dir on sys.path
+            "-I",  # isolated: no PYTHON* variables, no script or current dir on sys.path
             "-S",  # no site: the supervisor needs only the standard library
-            sup.__file__,
+            "-c",
+            sup.SUPERVISOR_MAIN,
+            os.path.dirname(os.path.abspath(sup.__file__)),
             "--ready-fd",
             str(ready_w),
             "--cwd",
             os.getcwd(),
             str(run_dir),
         ]
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        log = os.open(
+            run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666
+        )
         try:
-            with open(run_dir / "supervisor.log", "ab") as log:
-                proc = subprocess.run(
-                    argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=(ready_w,),
-                    check=False,
-                )
+            os.set_inheritable(ready_w, True)
+            # posix_spawn rather than subprocess (~5 ms of imports); the supervisor
+            # closes whatever other descriptors it inherits.
+            pid = os.posix_spawn(
+                sys.executable,
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, null, 0),
+                    (os.POSIX_SPAWN_DUP2, log, 1),
+                    (os.POSIX_SPAWN_DUP2, log, 2),
+                ],
+                setsid=True,
+            )
+            # The first process forks the supervisor and exits at once.
+            returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         finally:
             os.close(ready_w)
+            os.close(null)
+            os.close(log)
         with os.fdopen(ready_r, "rb") as ready:
             answer = _read_with_timeout(ready, START_TIMEOUT)
-        if proc.returncode != 0 or answer != b"ok\n":
+        if returncode != 0 or answer != b"ok\n":
             log_text = (run_dir / "supervisor.log").read_text(errors="replace")
             raise SchedulerError(
                 f"the supervisor of {request.app_id} did not start (see {run_dir}/supervisor.log)",
                 scheduler=self.name,
                 argv=argv,
-                returncode=proc.returncode,
+                returncode=returncode,
                 stderr=log_text,
             )
         return request.app_id

@@ -37,12 +37,17 @@ import select
 import signal
 import sys
 import time
-from typing import Any
+
+# The idiom mypy understands without importing typing (~4 ms of the supervisor's start).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ALIVE_FIFO",
     "APP_ID_ENV",
     "STATE_FILE",
+    "SUPERVISOR_MAIN",
     "hunt",
     "is_alive",
     "process_starttime",
@@ -59,6 +64,14 @@ PLAN_FILE = "plan.json"
 #: at that moment, so ``wait`` blocks on it instead of polling.
 ALIVE_FIFO = "alive.fifo"
 SCHEMA_VERSION = 1
+#: How ``local_cwd`` starts a supervisor: ``python -I -S -c SUPERVISOR_MAIN DIR ARGS``,
+#: DIR being this file's directory. Imported rather than run as a script, this file
+#: comes from its cached bytecode (compiling it takes ~7 ms); appended to sys.path,
+#: DIR cannot shadow the standard library.
+SUPERVISOR_MAIN = (
+    "import sys; sys.path.append(sys.argv[1]); "
+    "import local_supervisor; local_supervisor.entry(sys.argv[2:])"
+)
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -847,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: local_supervisor.py [--foreground] [--cwd DIR] RUN_DIR", file=sys.stderr)
         return 2
     run_dir = os.path.abspath(args[0])
+    if not foreground:
+        _close_inherited(ready_fd)
     # Detach: the submitting process waits for this first process (no zombie left
     # behind) while the real supervisor is re-parented away from it.
     if not foreground and os.fork() != 0:
@@ -863,11 +878,31 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-if __name__ == "__main__":
+def _close_inherited(keep: int | None) -> None:
+    """Close every descriptor above 2 except ``keep``: the supervisor lives as long as
+    the job and must not hold open a pipe its launcher's caller passed on."""
     try:
-        code = main()
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the descriptor listdir itself used
+
+
+def entry(argv: list[str] | None = None) -> None:
+    """Run :func:`main` and exit with its code (see :data:`SUPERVISOR_MAIN`)."""
+    try:
+        code = main(argv)
     except OSError as e:
         if e.errno != errno.EINTR:
             raise
         code = 1
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    entry()

@@ -285,12 +285,10 @@ def test_torchrun_root_cause_signal_and_absent() -> None:
 def test_supervisor_starts_on_the_standard_library_alone() -> None:
     from distspec.schedulers import local_supervisor
 
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-X", "importtime", local_supervisor.__file__],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    # As local_cwd starts it (SUPERVISOR_MAIN), with no arguments: usage, exit 2.
+    directory = os.path.dirname(os.path.abspath(local_supervisor.__file__))
+    argv = [sys.executable, "-I", "-S", "-X", "importtime", "-c", local_supervisor.SUPERVISOR_MAIN]
+    proc = subprocess.run([*argv, directory], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "usage:" in proc.stderr
     imported = {
         line.split("|")[-1].strip()
@@ -298,5 +296,6 @@ def test_supervisor_starts_on_the_standard_library_alone() -> None:
         if line.startswith("import time:")
     }
     assert "json" in imported
-    heavy = {"torch", "site", "subprocess", "distspec", "pathlib", "ctypes"} & imported
+    assert "local_supervisor" in imported
+    heavy = {"torch", "site", "subprocess", "distspec", "pathlib", "ctypes", "typing"} & imported
     assert not heavy, f"the supervisor imports {heavy}"

@@ -500,6 +500,24 @@ def test_status_right_after_run_and_from_a_new_process(state_dir: Path, tmp_path
     assert not survivors(app_id(handle), state(state_dir, handle))
 
 
+def test_the_supervisor_keeps_no_inherited_descriptor(state_dir: Path, tmp_path: Path) -> None:
+    """A pipe the CLI inherited (as from make or a test harness) must reach EOF when
+    the CLI exits, not stay open in the supervisor for as long as the job runs."""
+    import select
+
+    r, w = os.pipe()
+    proc = cli("run", "utils.sh", "--", "sleep 600", cwd=tmp_path, pass_fds=(w,))
+    os.close(w)
+    assert proc.returncode == 0, proc.stderr
+    try:
+        ready, _, _ = select.select([r], [], [], 30)  # a generous bound, not a timing test
+        assert ready and os.read(r, 1) == b"", "some process of the job holds the pipe open"
+    finally:
+        os.close(r)
+        cancel = cli("cancel", proc.stdout.strip().splitlines()[-1], cwd=tmp_path)
+        assert cancel.returncode == 0, cancel.stderr
+
+
 # -- waiting on alive.fifo ------------------------------------------------------------
 
 
@@ -584,7 +602,12 @@ def test_wait_sees_a_killed_supervisor_through_the_fifo(
             killed.append(int(data["supervisor"]["pid"]))
             os.kill(killed[0], signal.SIGKILL)
 
-    status = _wait_in_thread(runner, handle, on_status=kill_once_waiting)
+    try:
+        status = _wait_in_thread(runner, handle, on_status=kill_once_waiting)
+    finally:  # a failed wait must not leave the job behind
+        from distspec.schedulers.local_supervisor import hunt
+
+        hunt(app_id(str(handle)))
     assert status is not None and status.state is AppState.FAILED
     assert status.msg == "supervisor died"
     wait_until(lambda: not survivors(app_id(str(handle)), data), "every process to die")
