@@ -9,9 +9,10 @@ the dry-run path needs it at run time, so no module on that path imports it:
 - the few names a class statement needs (``Generic``, ``Protocol``, ``TypeVar``)
   come from here in the ``else`` branch of that block: stand-ins that make
   ``class C(Generic[T])`` and ``C[X]`` work and mean nothing;
-- annotations are read with :func:`inspect.get_annotations` and taken apart by
-  :func:`union_members`, which knows ``typing.Optional`` only when the code that
-  wrote it has imported ``typing`` already.
+- annotations are evaluated from their text in the defining module's globals
+  (the binder, ``specs.options``) and taken apart by :func:`union_members`,
+  which knows ``typing.Optional`` only when the code that wrote it has imported
+  ``typing`` already.
 """
 
 from __future__ import annotations
