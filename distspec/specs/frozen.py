@@ -334,6 +334,23 @@ def _from_dataclasses_field(d: Any, dc: Any) -> Field:
     )
 
 
+def _repoint_class_cells(values: Iterable[Any], old: type, new: type) -> None:
+    """Methods that use zero-argument ``super()`` (or ``__class__``) hold a cell
+    with the class they were defined in; point those at the slotted class."""
+    for value in values:
+        if isinstance(value, property):
+            functions = [value.fget, value.fset, value.fdel]
+        else:
+            functions = [getattr(value, "__func__", value)]  # classmethod, staticmethod
+        for fn in functions:
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    if cell.cell_contents is old:
+                        cell.cell_contents = new
+                except ValueError:  # an empty cell
+                    continue
+
+
 def _build(cls: type, kw_only: bool) -> type:
     all_fields = _collect(cls)
     own = set(cls.__dict__)
@@ -358,7 +375,8 @@ def _build(cls: type, kw_only: bool) -> type:
     namespace["__dataclass_params__"] = _DataclassView()
     if not namespace.get("__doc__"):
         namespace["__doc__"] = cls.__name__
-    cls = type(cls)(cls.__name__, cls.__bases__, namespace)
+    original, cls = cls, type(cls)(cls.__name__, cls.__bases__, namespace)
+    _repoint_class_cells(namespace.values(), original, cls)
 
     values = tuple(all_fields.values())
     qualname = cls.__qualname__

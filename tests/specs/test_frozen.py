@@ -289,3 +289,32 @@ print("dataclasses" in sys.modules, "inspect" in sys.modules)
         env={**os.environ, "PYTHONPATH": repo},
     )
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_zero_argument_super_works_in_a_record() -> None:
+    @frozen
+    class Base:
+        a: int = 0
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("a < 0")
+
+    @frozen
+    class Child(Base):
+        b: int = 0
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.b < 0:
+                raise ValueError("b < 0")
+
+        @property
+        def total(self) -> int:
+            return self.a + self.b + len(__class__.__name__)  # type: ignore[name-defined]
+
+    assert Child(a=1, b=2).total == 3 + len("Child")
+    with pytest.raises(ValueError, match="a < 0"):
+        Child(a=-1)
+    with pytest.raises(ValueError, match="b < 0"):
+        Child(b=-1)
