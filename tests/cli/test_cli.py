@@ -14,10 +14,16 @@ REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "kubernetes", "yaml", "fsspec", "docstring_parser", "pyre_extensions", "numpy")
 
 
+def buffered_env() -> dict[str, str]:
+    """This environment without PYTHONUNBUFFERED (this machine sets it): stdout into a
+    pipe is then block-buffered, as for most users, and only an exit flushes it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
 def distspec(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, buffered: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**(buffered_env() if buffered else os.environ), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "distspec", *args],
         capture_output=True,
@@ -352,6 +358,7 @@ def test_fast_exit_loses_no_output() -> None:
     proc = distspec(
         "run", "--dryrun", "-s", "slurm", "dist.ddp", "-j", "2x2", "--script", "main.py",
         "--", *script_args,
+        buffered=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout) > 150_000
@@ -361,16 +368,8 @@ def test_fast_exit_loses_no_output() -> None:
 
 def test_fast_exit_flushes_buffered_output() -> None:
     # Into a pipe, stdout is block-buffered: a short listing sits in the buffer
-    # until the exit flushes it (unless PYTHONUNBUFFERED says otherwise).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "distspec", "builtins"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    # until the exit flushes it.
+    proc = distspec("builtins", buffered=True)
     assert proc.returncode == 0, proc.stderr
     assert "dist.ddp" in proc.stdout and "slurm" in proc.stdout
 
@@ -402,14 +401,13 @@ def test_output_to_a_closed_pipe_is_dropped_quietly() -> None:
     # `distspec builtins | true`: the reader is gone before distspec flushes.
     read_end, write_end = os.pipe()
     os.close(read_end)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "distspec", "builtins"],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            env=buffered_env(),
             timeout=60,
             check=False,
         )
