@@ -11,7 +11,8 @@ The tree::
     │   ├── ConfigError               a bad config file or DISTSPEC_* variable
     │   ├── SchedulerNotFound         no backend by that name
     │   ├── HandleError               a malformed ``scheduler://session/app_id``
-    │   └── CompileError              this AppDef cannot run on this backend
+    │   ├── CompileError              this AppDef cannot run on this backend
+    │   └── RuntimeEnvError           in the job: launcher variables missing or in conflict
     ├── SchedulerError                a backend command or API call failed (argv, stderr)
     └── AppNotFound                   the scheduler does not know the app id
 
@@ -20,7 +21,7 @@ A genuine bug is anything else: the CLI lets it show its traceback.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "AppNotFound",
@@ -30,6 +31,7 @@ __all__ = [
     "DistspecError",
     "HandleError",
     "OptionError",
+    "RuntimeEnvError",
     "SchedulerError",
     "SchedulerNotFound",
     "SpecError",
@@ -104,6 +106,20 @@ class CompileError(UsageError):
     def __init__(self, scheduler: str, message: str) -> None:
         self.scheduler = scheduler
         super().__init__(f"{scheduler}: {message}")
+
+
+class RuntimeEnvError(UsageError):
+    """Inside a job: the launcher's variables are incomplete, malformed or contradict each other.
+
+    ``variables`` holds the variables (name → value) the message is about.
+    """
+
+    def __init__(self, message: str, *, variables: Mapping[str, str] | None = None) -> None:
+        self.variables = dict(variables or {})
+        if self.variables:
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.variables.items()))
+            message = f"{message} ({shown})"
+        super().__init__(message)
 
 
 class SchedulerError(DistspecError):

@@ -1,0 +1,61 @@
+"""Code that runs *inside* the job: who am I, the process group, groups, seeds, the mesh.
+
+::
+
+    from distspec.runtime import init
+
+    with init(seed=0) as dist:          # any launcher: torchrun, srun, mpiexec, PBS, python
+        print(dist.rank, dist.world_size, dist.device)
+
+- :func:`detect` → :class:`DistEnv`: rank and sizes from the launcher's environment
+  (:mod:`distspec.runtime.env`);
+- :func:`init` → :class:`Dist`: device, backend, process group, subgroups, seeds and a
+  DeviceMesh from declared parallel degrees (:mod:`distspec.runtime.init`);
+- :func:`current`: the :class:`Dist` of the innermost active :func:`init`.
+
+Never imported by the CLI's compile path; torch is imported only inside :func:`init`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from distspec.errors import RuntimeEnvError
+
+if TYPE_CHECKING:
+    from distspec.runtime.env import DistEnv, Launcher, detect
+    from distspec.runtime.init import Coords, Dist, current, init
+    from distspec.specs.degrees import Degrees
+
+__all__ = [
+    "Coords",
+    "Degrees",
+    "Dist",
+    "DistEnv",
+    "Launcher",
+    "RuntimeEnvError",
+    "current",
+    "detect",
+    "init",
+]
+
+_LAZY = {
+    "DistEnv": "distspec.runtime.env",
+    "Launcher": "distspec.runtime.env",
+    "detect": "distspec.runtime.env",
+    "Coords": "distspec.runtime.init",
+    "Dist": "distspec.runtime.init",
+    "current": "distspec.runtime.init",
+    "init": "distspec.runtime.init",
+    "Degrees": "distspec.specs.degrees",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `from distspec.runtime import detect` does not import torch.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'distspec.runtime' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
