@@ -12,9 +12,11 @@ The tree::
     │   ├── SchedulerNotFound         no backend by that name
     │   ├── HandleError               a malformed ``scheduler://session/app_id``
     │   ├── CompileError              this AppDef cannot run on this backend
-    │   └── RuntimeEnvError           in the job: launcher variables missing or in conflict
+    │   ├── RuntimeEnvError           in the job: launcher variables missing or in conflict
+    │   └── CallableError             a function or its arguments that cannot be sent to a job
     ├── SchedulerError                a backend command or API call failed (argv, stderr)
-    └── AppNotFound                   the scheduler does not know the app id
+    ├── AppNotFound                   the scheduler does not know the app id
+    └── RemoteError                   a submitted function raised, or a rank died, in the job
 
 A genuine bug is anything else: the CLI lets it show its traceback.
 """
@@ -25,12 +27,14 @@ from collections.abc import Mapping, Sequence
 
 __all__ = [
     "AppNotFound",
+    "CallableError",
     "CompileError",
     "ComponentError",
     "ConfigError",
     "DistspecError",
     "HandleError",
     "OptionError",
+    "RemoteError",
     "RuntimeEnvError",
     "SchedulerError",
     "SchedulerNotFound",
@@ -149,3 +153,46 @@ class AppNotFound(DistspecError):
     def __init__(self, handle: str) -> None:
         self.handle = handle
         super().__init__(f"no such app: {handle}")
+
+
+class CallableError(UsageError):
+    """A function or its arguments that cannot be sent to a job (``distspec.submit``):
+    unpicklable, or a job directory the workers could not reach."""
+
+
+class RemoteError(DistspecError):
+    """A function submitted with ``distspec.submit`` raised on a rank, or a rank died
+    without a result.
+
+    Attributes:
+        type_name: the original exception's ``module.QualName`` ("" when the rank died).
+        remote_message: the original exception's message.
+        rank: the global rank that failed (None when unknown).
+        host: the host it ran on ("" when unknown).
+        remote_traceback: the worker's formatted traceback, or the rank's last log lines.
+        exit_code: the replica's exit code when the rank died without a result.
+        exception: the original exception object when it could be unpickled here, else None.
+
+    The worker's traceback is also chained as ``__cause__`` so a notebook shows it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type_name: str = "",
+        remote_message: str = "",
+        rank: int | None = None,
+        host: str = "",
+        remote_traceback: str = "",
+        exit_code: int | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        self.type_name = type_name
+        self.remote_message = remote_message
+        self.rank = rank
+        self.host = host
+        self.remote_traceback = remote_traceback
+        self.exit_code = exit_code
+        self.exception = exception
+        super().__init__(message)
