@@ -134,6 +134,11 @@ class KubernetesOptions:
         None, "Kubeconfig file for submit (default: $KUBECONFIG, ~/.kube/config, in-cluster)."
     )
     context: str | None = option(None, "Kubeconfig context for submit (default: current).")
+    job_dir: str | None = option(
+        None,
+        "Job directory of Python callables, an fsspec URL (s3://bucket/prefix, gs://..., "
+        "any protocol the image can read): pods see <job_dir>/<app id> as $DISTSPEC_JOB_DIR.",
+    )
 
 
 # --------------------------------------------------------------------- names
@@ -370,6 +375,9 @@ def _container(
             }
         )
     env += [{"name": k, "value": _expand(v, values)} for k, v in role.env.items()]
+    if opts.job_dir:
+        job_dir = opts.job_dir.rstrip("/") + "/" + Macro.APP_ID.token
+        env.append({"name": "DISTSPEC_JOB_DIR", "value": _expand(job_dir, values)})
     for name, ref in opts.secret_env.items():
         secret, _, key = ref.partition(":")
         env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})

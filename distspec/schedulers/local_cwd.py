@@ -7,7 +7,8 @@ log file names. ``submit`` creates the run directory
 ``<state dir>/local_cwd/<app id>/`` (mode 0700) and starts
 :mod:`distspec.schedulers.local_supervisor` fully detached on it; ``status``,
 ``describe``, ``log``, ``cancel`` and ``list`` read that directory, so they work
-from any shell, also after the submitting CLI has exited.
+from any shell, also after the submitting CLI has exited. Every replica sees it as
+``$DISTSPEC_JOB_DIR``.
 
 Run directory::
 
@@ -249,6 +250,9 @@ class LocalScheduler(Scheduler[LocalOptions]):
         # torchrun), even when that venv is not activated; the user's PATH comes first.
         env = submit_env(os.environ)
         env[sup.APP_ID_ENV] = request.app_id
+        # The run directory is the job directory of Python callables (results go
+        # there); set here, not in the plan, as only submit knows where it is.
+        env["DISTSPEC_JOB_DIR"] = str(run_dir)
         ready_r, ready_w = os.pipe()
         argv = [
             sys.executable,

@@ -1,0 +1,306 @@
+"""The worker side of Python callables: load, init, run, write back.
+
+Every rank of a ``dist.fn`` job runs ``python -m distspec.runtime.call [OPTIONS] [-- ARGS]``
+under torchrun. It
+
+1. loads the function: ``--fn pkg.module:function`` (called with ARGS as strings),
+   or else ``call.pkl`` in the job directory, written by ``distspec.submit``
+   (the function, its positional and keyword arguments, pickled with cloudpickle);
+   a submitter may write it a moment after the job starts, so it is waited for;
+2. calls :func:`distspec.runtime.init` (``--seed``, ``--groups``, ``--backend``,
+   ``--timeout``);
+3. calls the function, with the :class:`~distspec.runtime.Dist` first when the
+   function's first parameter is annotated ``Dist``;
+4. writes ``result-<rank>.pkl`` into the job directory: the return value, or the
+   exception (type name, message, formatted traceback, rank, host, and the exception
+   itself when it pickles), then exits 0 or 1.
+
+The job directory is ``$DISTSPEC_JOB_DIR``: a local path (local_cwd's run
+directory, the Slurm or PBS job folder on the shared file system) or any fsspec URL
+(``s3://bucket/prefix/<app id>``, ``file:///...``; Kubernetes). Without one, the
+function still runs and rank 0's return value is printed, but nothing is written.
+
+File protocol (version 1), each file a cloudpickle of a dict:
+
+``call.pkl``
+    ``{"version": 1, "fn": callable, "args": tuple, "kwargs": dict}``
+``result-<rank>.pkl``
+    ``{"version": 1, "rank", "host", "pid", "time", "ok": True, "value"}`` or
+    ``{..., "ok": False, "phase": "load"|"init"|"call"|"result", "type", "message",
+    "traceback", "exception": bytes | None}``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "CALL_FILE",
+    "JOB_DIR_ENV",
+    "PROTOCOL_VERSION",
+    "exists",
+    "main",
+    "read_bytes",
+    "result_file",
+    "takes_dist",
+    "write_bytes",
+]
+
+#: The environment variable naming the job directory (a path or an fsspec URL).
+JOB_DIR_ENV = "DISTSPEC_JOB_DIR"
+#: The pickled function and arguments, in the job directory.
+CALL_FILE = "call.pkl"
+PROTOCOL_VERSION = 1
+#: How long a worker waits for ``call.pkl`` (the submitter writes it after submit).
+PAYLOAD_WAIT = 300.0
+
+
+def result_file(rank: int) -> str:
+    """The name of rank ``rank``'s result file in the job directory."""
+    return f"result-{rank}.pkl"
+
+
+def join(job_dir: str, name: str) -> str:
+    """``job_dir/name`` for a path or a URL."""
+    return job_dir.rstrip("/") + "/" + name
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def read_bytes(path: str) -> bytes:
+    """The content of a local file or an fsspec URL (FileNotFoundError when absent)."""
+    if _is_url(path):
+        import fsspec
+
+        with fsspec.open(path, "rb") as f:
+            data: bytes = f.read()
+            return data
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a local file atomically (rename), or an fsspec URL (atomic on close for
+    object stores)."""
+    if _is_url(path):
+        import fsspec
+
+        with fsspec.open(path, "wb") as f:
+            f.write(data)
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def exists(path: str) -> bool:
+    """Whether a local file or an fsspec URL exists."""
+    if _is_url(path):
+        import fsspec
+
+        fs, inner = fsspec.core.url_to_fs(path)
+        return bool(fs.exists(inner))
+    return os.path.exists(path)
+
+
+def takes_dist(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn``'s first parameter is annotated ``Dist`` (the class, or a string
+    annotation naming it, as ``from __future__ import annotations`` leaves it)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        return False
+    ann = params[0].annotation
+    if ann is inspect.Parameter.empty:
+        return False
+    if isinstance(ann, str):
+        return ann.rpartition(".")[2].strip("'\"") == "Dist"
+    return getattr(ann, "__name__", None) == "Dist" and "distspec" in str(
+        getattr(ann, "__module__", "")
+    )
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m distspec.runtime.call",
+        description="Run a Python function on this rank (the worker side of dist.fn).",
+    )
+    parser.add_argument("--fn", help="pkg.module:function; else call.pkl in $DISTSPEC_JOB_DIR")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--seed-per-rank", action="store_true")
+    parser.add_argument("--groups", help="ranks by commas, groups by semicolons: 0,2;1,3")
+    parser.add_argument("--backend")
+    parser.add_argument("--timeout", type=float)
+    parser.add_argument("--payload-wait", type=float, default=PAYLOAD_WAIT)
+    parser.add_argument("fn_args", nargs="*")
+    return parser.parse_args(list(argv))
+
+
+def _rank() -> int:
+    # torchrun always sets RANK; a plain `python -m` run is rank 0 of 1.
+    return int(os.environ.get("RANK", "0"))
+
+
+def _import(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{spec} is not callable")
+    fn: Callable[..., Any] = obj
+    return fn
+
+
+def _load_payload(
+    job_dir: str, wait: float
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    import cloudpickle
+
+    path = join(job_dir, CALL_FILE)
+    deadline = time.monotonic() + wait
+    pause = 0.01
+    while True:
+        try:
+            data = read_bytes(path)
+            break
+        except FileNotFoundError:
+            if time.monotonic() >= deadline:
+                raise FileNotFoundError(
+                    f"{path} did not appear within {wait:.0f} s: the submitting process did "
+                    "not write the function (did it die, or can it not reach this job "
+                    "directory?)"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+    payload = cloudpickle.loads(data)
+    if payload.get("version") != PROTOCOL_VERSION:
+        raise RuntimeError(
+            f"{path}: protocol version {payload.get('version')!r}, this worker reads "
+            f"{PROTOCOL_VERSION}: the job's distspec differs from the submitter's"
+        )
+    return payload["fn"], tuple(payload["args"]), dict(payload["kwargs"])
+
+
+def _type_name(e: BaseException) -> str:
+    cls = type(e)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _error_record(e: BaseException, phase: str, rank: int) -> dict[str, Any]:
+    import cloudpickle
+
+    try:
+        pickled: bytes | None = cloudpickle.dumps(e)
+    except Exception:
+        pickled = None
+    return {
+        "version": PROTOCOL_VERSION,
+        "rank": rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.time(),
+        "ok": False,
+        "phase": phase,
+        "type": _type_name(e),
+        "message": str(e),
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        "exception": pickled,
+    }
+
+
+def _write_record(job_dir: str | None, rank: int, record: dict[str, Any]) -> None:
+    import cloudpickle
+
+    if job_dir is None:
+        return
+    try:
+        data = cloudpickle.dumps(record)
+    except Exception as e:  # the return value does not pickle
+        record = _error_record(
+            TypeError(f"rank {rank}'s return value cannot be pickled: {e}"), "result", rank
+        )
+        data = cloudpickle.dumps(record)
+    write_bytes(join(job_dir, result_file(rank)), data)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run this rank's call; 0 when the function returned, 1 when anything raised."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    job_dir = os.environ.get(JOB_DIR_ENV) or None
+    rank = _rank()
+    phase = "load"
+    try:
+        if args.fn:
+            fn = _import(args.fn)
+            fn_args: tuple[Any, ...] = tuple(args.fn_args)
+            kwargs: dict[str, Any] = {}
+        elif job_dir is None:
+            raise RuntimeError(
+                f"no function: give --fn pkg.module:function, or run with ${JOB_DIR_ENV} "
+                f"naming a job directory that holds {CALL_FILE}"
+            )
+        else:
+            fn, fn_args, kwargs = _load_payload(job_dir, args.payload_wait)
+        phase = "init"
+        from distspec.components.fn import parse_groups
+        from distspec.runtime import init
+
+        groups = parse_groups(args.groups) if args.groups else ()
+        with init(
+            seed=args.seed,
+            seed_per_rank=args.seed_per_rank,
+            groups=groups,
+            backend=args.backend,
+            **({"timeout": args.timeout} if args.timeout is not None else {}),
+        ) as dist:
+            phase = "call"
+            value = fn(dist, *fn_args, **kwargs) if takes_dist(fn) else fn(*fn_args, **kwargs)
+    except BaseException as e:
+        if isinstance(e, SystemExit) and not e.code:
+            value = None
+        else:
+            _write_record(job_dir, rank, _error_record(e, phase, rank))
+            traceback.print_exc()
+            print(
+                f"distspec: rank {rank} failed in {phase}: {_type_name(e)}: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 130 if isinstance(e, KeyboardInterrupt) else 1
+    record = {
+        "version": PROTOCOL_VERSION,
+        "rank": rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.time(),
+        "ok": True,
+        "value": value,
+    }
+    _write_record(job_dir, rank, record)
+    if rank == 0 and args.fn and value is not None:
+        print(f"distspec: rank 0 returned {value!r}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
