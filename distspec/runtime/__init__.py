@@ -10,7 +10,7 @@
 - :func:`detect` → :class:`DistEnv`: rank and sizes from the launcher's environment
   (:mod:`distspec.runtime.env`);
 - :func:`init` → :class:`Dist`: device, backend, process group, subgroups, seeds and a
-  DeviceMesh from declared parallel degrees (:mod:`distspec.runtime.init`);
+  DeviceMesh from declared parallel degrees (:mod:`distspec.runtime.initialize`; not ``runtime.init``, which would shadow the function);
 - :func:`current`: the :class:`Dist` of the innermost active :func:`init`.
 
 Never imported by the CLI's compile path; torch is imported only inside :func:`init`.
@@ -24,7 +24,7 @@ from distspec.errors import RuntimeEnvError
 
 if TYPE_CHECKING:
     from distspec.runtime.env import DistEnv, Launcher, detect
-    from distspec.runtime.init import Coords, Dist, current, init
+    from distspec.runtime.initialize import Coords, Dist, current, init
     from distspec.specs.degrees import Degrees
 
 __all__ = [
@@ -43,10 +43,10 @@ _LAZY = {
     "DistEnv": "distspec.runtime.env",
     "Launcher": "distspec.runtime.env",
     "detect": "distspec.runtime.env",
-    "Coords": "distspec.runtime.init",
-    "Dist": "distspec.runtime.init",
-    "current": "distspec.runtime.init",
-    "init": "distspec.runtime.init",
+    "Coords": "distspec.runtime.initialize",
+    "Dist": "distspec.runtime.initialize",
+    "current": "distspec.runtime.initialize",
+    "init": "distspec.runtime.initialize",
     "Degrees": "distspec.specs.degrees",
 }
 
