@@ -86,6 +86,7 @@ def main(args: argparse.Namespace) -> int:
             args.component_args,
             defaults=runner.config.component_defaults(component.name),
             prog=f"distspec run {args.component}",
+            scheduler=scheduler,
         )
     except ComponentHelp as help_:
         print(help_.text)

@@ -325,7 +325,7 @@ def params(component: Component) -> list[Param]:
     def reject(reason: str) -> NoReturn:
         raise ComponentError(f"{component.source}: component {label!r}: {reason}")
 
-    if not _docstring(fn).strip():
+    if not _docstring(fn).strip() and not _returns_torchx(fn):  # TorchX needs none
         reject("has no docstring; write one with an Args: section, it is the component's --help")
     try:
         signature, hints = _signature(fn)
@@ -681,6 +681,7 @@ def bind(
     *,
     defaults: Mapping[str, Any] | None = None,
     prog: str = "distspec run",
+    scheduler: str | None = None,
 ) -> AppDef:
     """Parse ``argv`` against the component's signature and call it.
 
@@ -691,9 +692,11 @@ def bind(
             function's own defaults (strings are parsed as on the command line).
         prog: how the CLI is invoked, for the usage line: ``distspec run``; the
             component name is appended unless ``prog`` already ends with it.
+        scheduler: the backend the app is for; only a TorchX AppDef's conversion
+            uses it (:mod:`distspec.components.torchx_compat`: what ``image`` means).
 
     Returns:
-        The AppDef the component built.
+        The AppDef the component built (a returned ``torchx.specs.AppDef`` converted).
 
     Raises:
         ComponentHelp: ``--help`` was given (not an error).
@@ -724,8 +727,19 @@ def bind(
             keywords[p.name] = value
     app = component.fn(*positional, **keywords)  # a UsageError it raises passes through
     if not isinstance(app, AppDef):
+        from distspec.components import torchx_compat
+
+        if torchx_compat.is_torchx_appdef(app):  # a TorchX component file, run unchanged
+            return torchx_compat.from_torchx(app, component.source, scheduler=scheduler)
         raise ComponentError(
             f"{component.source}: component {_label(component)!r} returned "
-            f"{type(app).__name__}, not an AppDef"
+            f"{torchx_compat.type_label(app)}, not an AppDef"
         )
     return app
+
+
+def _returns_torchx(fn: Callable[..., Any]) -> bool:
+    """``fn`` is annotated to return a ``torchx.specs.AppDef`` (imports nothing)."""
+    from distspec.components.torchx_compat import returns_torchx_appdef
+
+    return returns_torchx_appdef(fn)
