@@ -131,6 +131,15 @@ def load_config(
     if home is None:
         home = env.get("HOME") or os.path.expanduser("~")
     layers: list[Layer] = []
+    # A TorchX user's .torchxconfig is the lowest layer; its reader (config_torchx.py)
+    # is imported only when there is one to read.
+    torchx = bool(env.get("TORCHXCONFIG")) or any(
+        os.path.isfile(os.path.join(d, ".torchxconfig")) for d in (folder, home)
+    )
+    if torchx:
+        from distspec.config_torchx import read_layers, torchx_files
+
+        layers += read_layers(torchx_files(folder, str(home), env))
     user = os.path.join(home, CONFIG_FILE)
     if os.path.isfile(user):
         layers.append(_read_ini(user))
@@ -142,7 +151,12 @@ def load_config(
     if project_ini is not None:
         layers.append(_read_ini(project_ini))
     layers.append(_read_env(env))
-    return Config(layers=tuple(layers), env=env)
+    config = Config(layers=tuple(layers), env=env)
+    if torchx:
+        from distspec.config_torchx import warn_if_used
+
+        warn_if_used(config)
+    return config
 
 
 def _find_project_files(folder: str, user: str) -> tuple[str | None, str | None]:

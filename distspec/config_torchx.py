@@ -1,0 +1,180 @@
+"""A TorchX user's ``.torchxconfig``, read as distspec's lowest config layer.
+
+:func:`distspec.config.load_config` calls :func:`torchx_files` (a few ``stat`` calls)
+and imports this module's readers only when there is a file to read, so a project
+without ``.torchxconfig`` pays nothing for it.
+
+Which files, as TorchX finds them: the file named by ``$TORCHXCONFIG`` alone when that
+variable is set; otherwise ``./.torchxconfig`` (the working directory only, not its
+parents) with ``$HOME/.torchxconfig`` on top of it. Both sit below every distspec
+layer (``~/.distspecconfig``, the project's ``.distspecconfig`` or
+``[tool.distspec]``, ``DISTSPEC_*``, the command line).
+
+What is read:
+
+==========================  ====================================================
+``.torchxconfig``           distspec
+==========================  ====================================================
+``[SCHEDULER]`` (``[slurm]``)  ``[scheduler:SCHEDULER]``; ``mail-user`` and other
+                            dashed keys become ``mail_user``. An option distspec's
+                            backend does not have is an error naming the file
+                            when that scheduler is used (TorchX skips it silently)
+``[component:NAME]``        ``[component:NAME]``
+``[cli:run] scheduler``     ``[distspec] scheduler``
+``[cli:run] component``,    not read: distspec has no default component or
+``workspace`` and any       workspace; named in the warning
+other ``[cli:*]`` key
+==========================  ====================================================
+
+Whenever a value from ``.torchxconfig`` is used (no distspec layer sets the same
+key), :func:`warn_if_used` logs one warning line naming the file and the keys.
+``DISTSPEC_TORCHXCONFIG=off`` ignores ``.torchxconfig`` altogether.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from distspec.config import Config, Layer
+from distspec.errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["FILE_NAME", "SOURCE_TAG", "read_layers", "torchx_files", "used_keys", "warn_if_used"]
+
+FILE_NAME = ".torchxconfig"
+
+#: Every layer read from a ``.torchxconfig`` has a source ending with this tag.
+SOURCE_TAG = " (TorchX)"
+
+_OFF = {"0", "off", "false", "no"}
+
+#: ``[cli:*]`` keys of each file read that distspec has no use for, by layer source.
+_UNREAD: dict[str, tuple[str, ...]] = {}
+
+
+def torchx_files(cwd: str, home: str, env: Mapping[str, str]) -> list[str]:
+    """The ``.torchxconfig`` files to read, lowest precedence first (``stat`` only).
+
+    Raises:
+        ConfigError: ``$TORCHXCONFIG`` names a file that does not exist.
+    """
+    if env.get("DISTSPEC_TORCHXCONFIG", "").strip().lower() in _OFF:
+        return []
+    named = env.get("TORCHXCONFIG")
+    if named:
+        if not os.path.isfile(named):
+            raise ConfigError(f"TORCHXCONFIG={named!r} is not a file")
+        return [named]
+    found = [os.path.join(cwd, FILE_NAME), os.path.join(home, FILE_NAME)]
+    out: list[str] = []
+    for path in found:
+        if os.path.isfile(path) and not any(_same(path, p) for p in out):
+            out.append(path)
+    return out
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def read_layers(paths: list[str]) -> list[Layer]:
+    """One :class:`~distspec.config.Layer` per file, in the order given.
+
+    Raises:
+        ConfigError: a file that is not valid INI.
+    """
+    return [_read(path) for path in paths]
+
+
+def _read(path: str) -> Layer:
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error as e:
+        raise ConfigError(str(e).splitlines()[0], source=path) from None
+    general: dict[str, str] = {}
+    schedulers: dict[str, dict[str, Any]] = {}
+    components: dict[str, dict[str, Any]] = {}
+    unread: list[str] = []
+    for section in parser.sections():
+        values = dict(parser.items(section))
+        if section.startswith("component:"):
+            components[section.partition(":")[2].strip()] = values
+        elif section.startswith("cli:"):
+            for key, value in values.items():
+                if section == "cli:run" and key == "scheduler":
+                    general["scheduler"] = value
+                else:
+                    unread.append(f"[{section}] {key}")
+        else:
+            schedulers[section.strip()] = {k.replace("-", "_"): v for k, v in values.items()}
+    layer = Layer(
+        source=path + SOURCE_TAG,
+        general=general,
+        schedulers=schedulers,
+        components=components,
+    )
+    _UNREAD[layer.source] = tuple(unread)  # for the warning only
+    return layer
+
+
+def _unread(layer: Layer) -> tuple[str, ...]:
+    return _UNREAD.get(layer.source, ())
+
+
+def used_keys(config: Config) -> dict[str, list[str]]:
+    """For each ``.torchxconfig`` file of ``config``: the keys whose value distspec will
+    use (no distspec layer or ``DISTSPEC_*`` variable sets the same key), as
+    ``[section] key``, and the keys it does not read (``... (not read)``)."""
+    ours = [l for l in config.layers if not l.source.endswith(SOURCE_TAG)]
+    out: dict[str, list[str]] = {}
+    for layer in config.layers:
+        if not layer.source.endswith(SOURCE_TAG):
+            continue
+        keys: list[str] = []
+        if "scheduler" in layer.general and not any("scheduler" in l.general for l in ours):
+            keys.append("[cli:run] scheduler")
+        for sched, values in layer.schedulers.items():
+            prefix = f"DISTSPEC_{sched.upper()}_"
+            for key in values:
+                if any(key in l.schedulers.get(sched, {}) for l in ours):
+                    continue
+                if prefix + key.upper() in config.env:
+                    continue
+                keys.append(f"[{sched}] {key}")
+        for comp, values in layer.components.items():
+            for key in values:
+                if not any(key in l.components.get(comp, {}) for l in ours):
+                    keys.append(f"[component:{comp}] {key}")
+        keys += [f"{k} (not read)" for k in _unread(layer)]
+        if keys:
+            out[layer.source[: -len(SOURCE_TAG)]] = keys
+    return out
+
+
+def warn_if_used(config: Config) -> None:
+    """Log one warning line when any ``.torchxconfig`` value is used or left unread."""
+    used = used_keys(config)
+    if not used:
+        return
+    import logging
+
+    parts = []
+    for path, keys in used.items():
+        shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        parts.append(f"{path}: {shown}")
+    logging.getLogger("distspec.config").warning(
+        "distspec: warning: using TorchX settings as the lowest config layer (%s); "
+        "set them in .distspecconfig, or DISTSPEC_TORCHXCONFIG=off to ignore the file",
+        "; ".join(parts),
+    )

@@ -1,0 +1,172 @@
+"""A TorchX user's .torchxconfig: read as the lowest layer, with one warning line."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distspec.config import load_config
+from distspec.errors import ConfigError
+
+TORCHX_INI = """\
+[slurm]
+partition = debug
+mail-user = me@example.com
+
+[component:dist.ddp]
+j = 1x3
+
+[cli:run]
+scheduler = slurm
+component = dist.ddp
+"""
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    return home, project
+
+
+def _merged(cfg: object, scheduler: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for _, values in cfg.scheduler_layers(scheduler):  # type: ignore[attr-defined]
+        out.update(values)
+    return out
+
+
+def test_torchxconfig_is_the_lowest_layer_and_warns_once(
+    dirs: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text(TORCHX_INI)
+    with caplog.at_level(logging.WARNING, logger="distspec.config"):
+        cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
+    assert cfg.scheduler == "slurm"
+    assert _merged(cfg, "slurm") == {"partition": "debug", "mail_user": "me@example.com"}
+    assert cfg.component_defaults("dist.ddp") == {"j": "1x3"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert str(project / ".torchxconfig") in lines[0]
+    assert "[slurm] partition" in lines[0]
+    assert "[cli:run] component (not read)" in lines[0]
+
+
+def test_distspec_settings_win_and_silence_the_warning(
+    dirs: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text("[slurm]\npartition = debug\n")
+    (project / ".distspecconfig").write_text("[scheduler:slurm]\npartition = gpu\n")
+    with caplog.at_level(logging.WARNING, logger="distspec.config"):
+        cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
+    assert _merged(cfg, "slurm") == {"partition": "gpu"}
+    assert caplog.records == []
+    # a DISTSPEC_* variable counts as a distspec setting too
+    with caplog.at_level(logging.WARNING, logger="distspec.config"):
+        cfg = load_config(
+            cwd=home, env={"HOME": str(project), "DISTSPEC_SLURM_PARTITION": "env"}, home=project
+        )
+    assert _merged(cfg, "slurm")["partition"] == "env"
+
+
+def test_home_file_overlays_the_project_file_as_in_torchx(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text("[slurm]\npartition = project\nqos = high\n")
+    (home / ".torchxconfig").write_text("[slurm]\npartition = home\n")
+    cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
+    assert _merged(cfg, "slurm") == {"partition": "home", "qos": "high"}
+
+
+def test_torchxconfig_variable_names_the_only_file(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text("[slurm]\npartition = project\n")
+    named = tmp_path / "elsewhere.ini"
+    named.write_text("[slurm]\naccount = acct\n")
+    cfg = load_config(cwd=project, env={"HOME": str(home), "TORCHXCONFIG": str(named)}, home=home)
+    assert _merged(cfg, "slurm") == {"account": "acct"}
+    with pytest.raises(ConfigError, match="TORCHXCONFIG"):
+        load_config(cwd=project, env={"TORCHXCONFIG": str(tmp_path / "nope")}, home=home)
+
+
+def test_off_switch_ignores_the_file(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text(TORCHX_INI)
+    cfg = load_config(
+        cwd=project, env={"HOME": str(home), "DISTSPEC_TORCHXCONFIG": "off"}, home=home
+    )
+    assert cfg.scheduler == "local_cwd"
+    assert _merged(cfg, "slurm") == {}
+
+
+def _cli(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTSPEC_", "TORCHX"))}
+    env["HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "distspec", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_slurm_partition_from_torchxconfig_reaches_sbatch(dirs: tuple[Path, Path]) -> None:
+    """The issue's case: `[slurm] partition=...` was silently ignored."""
+    home, project = dirs
+    (project / ".torchxconfig").write_text(TORCHX_INI)
+    (project / "train.py").write_text("")
+    proc = _cli(project, home, "run", "--dryrun", "dist.ddp", "--script", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --partition=debug" in proc.stdout
+    assert "#SBATCH --mail-user=me@example.com" in proc.stdout
+    assert "--nproc_per_node 3" in proc.stdout
+    warnings = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(warnings) == 1 and ".torchxconfig" in warnings[0], proc.stderr
+
+
+def test_cli_unknown_torchx_option_is_refused_naming_the_file(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text("[slurm]\npartiton = debug\n")
+    (project / "train.py").write_text("")
+    proc = _cli(project, home, "run", "--dryrun", "-s", "slurm", "dist.ddp", "--script", "train.py")
+    assert proc.returncode == 2, proc.stdout
+    assert "partiton" in proc.stderr and ".torchxconfig" in proc.stderr
+
+
+def test_no_torchxconfig_imports_nothing_more(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    code = (
+        "import sys; from distspec.config import load_config; load_config(); "
+        "print('distspec.config_torchx' in sys.modules, 'configparser' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTSPEC_", "TORCHX"))}
+    env["HOME"] = str(home)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.stdout.split() == ["False", "False"], out.stderr
+    (project / ".torchxconfig").write_text("[slurm]\npartition = debug\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.stdout.split() == ["True", "True"], out.stderr
