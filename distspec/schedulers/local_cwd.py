@@ -111,6 +111,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
     capabilities: ClassVar[Capabilities] = Capabilities(mount_kinds=frozenset(), shared_files=True)
     max_poll_interval: ClassVar[float] = 0.05
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._commands: dict[str, dict[str, str]] = {}  # app id -> role -> command (plan.json)
+
     # -- paths --------------------------------------------------------------------
 
     @property
@@ -359,7 +363,13 @@ class LocalScheduler(Scheduler[LocalOptions]):
 
     def describe(self, app_id: str) -> AppStatus | None:
         data = self._checked_state(app_id)
-        return None if data is None else _to_status(data)
+        if data is None:
+            return None
+        run_dir = self.run_dir(app_id)
+        commands = self._commands.get(app_id)
+        if commands is None:
+            commands = self._commands[app_id] = _role_commands(run_dir)
+        return _to_status(data, str(run_dir), commands)
 
     def wait(
         self,
@@ -582,8 +592,26 @@ def _parse_log_line(raw: bytes) -> tuple[float, str] | None:
     return when, text.decode("utf-8", "replace")
 
 
-def _to_status(data: dict[str, Any]) -> AppStatus:
+def _role_commands(run_dir: Path) -> dict[str, str]:
+    """role -> the command its first replica runs, shell-quoted (from ``plan.json``)."""
+    import shlex
+
+    try:
+        plan = json.loads((run_dir / "plan.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {
+        role["name"]: shlex.join(role["replicas"][0]["argv"])
+        for role in plan.get("roles", ())
+        if role.get("replicas")
+    }
+
+
+def _to_status(
+    data: dict[str, Any], run_dir: str = "", commands: dict[str, str] | None = None
+) -> AppStatus:
     roles = []
+    starts: list[float] = []
     for role in data.get("roles", ()):
         replicas = tuple(
             ReplicaStatus(
@@ -594,13 +622,28 @@ def _to_status(data: dict[str, Any]) -> AppStatus:
                 exit_code=rep.get("exit_code"),
                 reason=rep.get("reason", ""),
                 restarts=int(rep.get("restarts", 0)),
+                log=os.path.join(run_dir, "logs", log_file_name(role["role"], rep["id"], "log"))
+                if run_dir
+                else "",
+                started=rep.get("started"),
+                ended=rep.get("ended"),
             )
             for rep in role["replicas"]
         )
-        roles.append(RoleStatus(role=role["role"], replicas=replicas))
+        starts.extend(r.started for r in replicas if r.started is not None)
+        roles.append(
+            RoleStatus(
+                role=role["role"], replicas=replicas, command=(commands or {}).get(role["role"], "")
+            )
+        )
     return AppStatus(
         state=AppState(data["state"]),
         msg=data.get("msg", ""),
         num_restarts=int(data.get("num_restarts", 0)),
         roles=tuple(roles),
+        submitted=data.get("created"),
+        started=min(starts) if starts else None,
+        ended=data.get("ended"),
+        location=run_dir,
+        native_id=str(data.get("supervisor", {}).get("pid", "")),
     )

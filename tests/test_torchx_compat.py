@@ -1,0 +1,57 @@
+"""TorchX's Template macros rewritten into distspec's (pure functions; no torchx needed).
+
+The conversion of real ``torchx.specs.AppDef`` objects is tested with TorchX itself
+in test_torchx_components.py and the corpus (test_torchx_corpus.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from distspec.components import torchx_compat as tc
+
+
+@pytest.mark.parametrize(
+    ("torchx_text", "distspec_text", "rank0"),
+    [
+        ("--id ${app_id}", "--id ${app_id}", False),
+        ("--id $app_id", "--id ${app_id}", False),  # Template's unbraced form
+        ("$replica_id/${img_root}", "${replica_id}/${img_root}", False),
+        ("$${${rank0_env}:=localhost}:29500", "${TORCHX_RANK0_HOST:=localhost}:29500", True),
+        ("cost $$5 ${HOME} $USER $app_idx", "cost $5 ${HOME} $USER $app_idx", False),
+        ("trailing $", "trailing $", False),
+        ("${unclosed", "${unclosed", False),
+    ],
+)
+def test_template_text(torchx_text: str, distspec_text: str, rank0: bool) -> None:
+    used = [False]
+    assert tc._text(torchx_text, "args[0]", used) == distspec_text
+    assert used[0] is rank0
+
+
+@pytest.mark.parametrize("text", ["$${app_id}", "${num_replicas}", "x ${rank0_host} y"])
+def test_literal_distspec_macro_is_refused(text: str) -> None:
+    with pytest.raises(tc._Refusal, match=r"args\[0\] holds \$\{"):
+        tc._text(text, "args[0]", [False])
+
+
+def test_foreign_types_are_named_and_not_taken_for_torchx() -> None:
+    class AppDef:  # a user's own class of the same name
+        pass
+
+    assert not tc.is_torchx_appdef(AppDef())
+    assert tc.type_label("x") == "str"
+    assert tc.type_label(AppDef()).endswith("AppDef")
+
+
+def test_return_annotation_check_imports_nothing() -> None:
+    def plain() -> str:
+        return ""
+
+    assert not tc.returns_torchx_appdef(plain)
+
+    def by_string() -> None:
+        pass
+
+    by_string.__annotations__["return"] = "specs.AppDef"  # no `specs` in this module
+    assert not tc.returns_torchx_appdef(by_string)

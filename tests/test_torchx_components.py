@@ -1,0 +1,147 @@
+"""TorchX component files, unchanged, through distspec.
+
+TorchX is not a distspec dependency: these tests run distspec with the Python of
+the separate TorchX venv (``.bench/torchx-venv``, see scripts/bench) and the
+checkout on ``PYTHONPATH``, which is also what docs/migrating-from-torchx.md
+tells a TorchX user to do (or ``pip install distspec`` into the TorchX venv).
+Without that venv they skip, saying so. The jobs run for real on local_cwd:
+``echo`` and a 1x2 torchrun of a gloo all-reduce.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHX_PY = ROOT / ".bench" / "torchx-venv" / "bin" / "python"
+
+pytestmark = pytest.mark.skipif(
+    not TORCHX_PY.exists(),
+    reason="no .bench/torchx-venv with torchx (build it: python3 -m venv .bench/torchx-venv "
+    "&& .bench/torchx-venv/bin/pip install torchx)",
+)
+
+# TorchX's documented custom component (docs: "Custom Components" / quick start),
+# as a TorchX user writes it: no Args: section, TorchX's image default.
+COMPONENTS = '''\
+import torchx.specs as specs
+from torchx.components import dist
+
+
+def greet(name: str, image: str = "ghcr.io/pytorch/torchx:0.7.0") -> specs.AppDef:
+    return specs.AppDef(
+        name="echo",
+        roles=[
+            specs.Role(
+                name="greeter",
+                image=image,
+                entrypoint="echo",
+                args=[f"hello {name}", specs.macros.app_id],
+            )
+        ],
+    )
+
+
+def trainer(script: str = "train.py", j: str = "1x2") -> specs.AppDef:
+    """A wrapper around dist.ddp, as TorchX's docs suggest for project defaults.
+
+    Args:
+        script: the training script
+        j: the topology
+    """
+    return dist.ddp(script=script, j=j, env={"TRAINER": "1"}, rdzv_conf="join_timeout=60")
+
+
+def with_workspace() -> specs.AppDef:
+    return specs.AppDef(
+        name="ws",
+        roles=[
+            specs.Role(
+                name="r",
+                image="img",
+                entrypoint="echo",
+                workspace=specs.Workspace(projects={".": ""}),
+            )
+        ],
+    )
+'''
+
+TRAIN = """\
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())} "
+      f"trainer={os.environ.get('TRAINER')}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _distspec(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTSPEC_", "TORCHX"))}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        HOME=str(tmp_path),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        PATH=f"{TORCHX_PY.parent}{os.pathsep}{env.get('PATH', '')}",
+    )
+    return subprocess.run(
+        [str(TORCHX_PY), "-m", "distspec", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "my_component.py").write_text(COMPONENTS)
+    (tmp_path / "train.py").write_text(TRAIN)
+    return tmp_path
+
+
+def test_greet_dry_run_and_run_on_local_cwd(project: Path) -> None:
+    dry = _distspec(project, "run", "--dryrun", "--json", "my_component.py:greet", "--name", "Luke")
+    assert dry.returncode == 0, dry.stderr
+    assert '"torchx.image": "ghcr.io/pytorch/torchx:0.7.0"' in dry.stdout  # dropped, kept aside
+    run = _distspec(project, "run", "--wait", "my_component.py:greet", "--name", "Luke")
+    assert run.returncode == 0, run.stderr
+    handle = next(l for l in run.stdout.splitlines() if l.startswith("local_cwd://"))
+    app_id = handle.rsplit("/", 1)[1]
+    log = _distspec(project, "log", handle)
+    assert log.returncode == 0, log.stderr
+    assert f"hello Luke {app_id}" in log.stdout  # ${app_id} filled in, as TorchX does
+
+
+def test_ddp_wrapper_dry_run_and_run_on_local_cwd(project: Path) -> None:
+    dry = _distspec(
+        project, "run", "--dryrun", "-s", "slurm", "my_component.py:trainer", "-j", "2x2"
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "--rdzv_conf join_timeout=60" in dry.stdout
+    assert 'export TORCHX_RANK0_HOST="$DISTSPEC_RANK0_HOST"' in dry.stdout
+    assert "#SBATCH --nodes=2" in dry.stdout
+    run = _distspec(project, "run", "--wait", "my_component.py:trainer", timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    handle = next(l for l in run.stdout.splitlines() if l.startswith("local_cwd://"))
+    log = _distspec(project, "log", handle)
+    assert "rank 0 of 2 sum 3 trainer=1" in log.stdout, log.stdout
+    assert "rank 1 of 2 sum 3 trainer=1" in log.stdout, log.stdout
+
+
+def test_unconvertible_field_exits_2_naming_it(project: Path) -> None:
+    proc = _distspec(project, "run", "--dryrun", "my_component.py:with_workspace")
+    assert proc.returncode == 2
+    assert "torchx.specs.AppDef" in proc.stderr
+    assert "roles[0].workspace" in proc.stderr and "--image" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
