@@ -13,7 +13,8 @@ The CLI is a thin layer over :class:`Runner`::
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
 from distspec.specs.app import AppDef
@@ -41,11 +42,27 @@ def new_app_id(app_name: str) -> str:
 
 @frozen(kw_only=False)
 class LogLine:
-    """One line of one replica's log."""
+    """One line of one replica's log.
+
+    ``text`` is the line without the prefixes torchrun and torch put on a worker's
+    lines (``[rank3]:``, ``[train0]:``); ``rank`` is the global rank that wrote it, or
+    None for a line of the replica's own process (torchrun's messages, a plain program).
+    """
 
     role: str
     replica: int
     text: str
+    rank: int | None = None
+
+    @property
+    def prefix(self) -> str:
+        """``role/replica rank N|`` (``role/replica|`` without a rank): how the CLI shows it."""
+        where = f"{self.role}/{self.replica}"
+        return f"{where} rank {self.rank}|" if self.rank is not None else f"{where}|"
+
+    def format(self) -> str:
+        """The line as ``run --wait`` and ``log`` print it: the prefix, a space, the text."""
+        return f"{self.prefix} {self.text}"
 
 
 class Runner:
@@ -123,6 +140,43 @@ class Runner:
         """Compile and submit; returns at once with the handle."""
         return self.submit(self.dryrun(app, scheduler, cfg))
 
+    def run_component(
+        self,
+        component: str,
+        args: Sequence[str] = (),
+        scheduler: str | None = None,
+        cfg: Mapping[str, Any] | None = None,
+    ) -> AppHandle:
+        """Bind ``component`` (a builtin name, ``path/file.py:fn`` or ``pkg.mod:fn``) to
+        command-line style ``args``, compile it for ``scheduler`` (the configured one by
+        default) and submit it; returns at once with the handle.
+
+        ``runner.run_component("dist.ddp", ["-j", "1x2", "--script", "train.py"])`` does
+        what ``distspec run dist.ddp -j 1x2 --script train.py`` does, config defaults
+        for the component included.
+
+        Raises:
+            ComponentError: the component cannot be loaded or ``args`` do not bind
+                (``--help`` among ``args`` is also refused: there is no terminal to show it).
+            UsageError: any other usage mistake (unknown scheduler or option, ...).
+        """
+        from distspec.components.binder import ComponentHelp, bind
+        from distspec.components.loader import load
+        from distspec.errors import ComponentError
+
+        loaded = load(component)
+        try:
+            app = bind(
+                loaded,
+                list(args),
+                defaults=self.config.component_defaults(loaded.name),
+                prog=f"distspec run {component}",
+                scheduler=scheduler or self.config.scheduler,
+            )
+        except ComponentHelp:
+            raise ComponentError(f"{component}: --help asks for help text, not a job") from None
+        return self.run(app, scheduler or self.config.scheduler, cfg)
+
     def _resolve(self, handle: AppHandle | str) -> tuple[AppHandle, Scheduler[Any]]:
         if isinstance(handle, str):
             from distspec.specs.handles import AppHandle
@@ -147,11 +201,20 @@ class Runner:
         timeout: float | None = None,
         on_status: Callable[[AppStatus], None] | None = None,
     ) -> AppStatus:
-        """Block until the app ends (or ``timeout``); ``on_status`` sees every poll."""
+        """Block until the app ends and return its final status; ``on_status`` sees every
+        poll.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed and the app has not ended (it keeps
+                running; call ``wait`` again or ``cancel`` it).
+            AppNotFound: the scheduler has no record of the app.
+        """
         h, sched = self._resolve(handle)
         status = sched.wait(h.app_id, timeout=timeout, on_status=on_status)
         if status is None:
             raise AppNotFound(h.format())
+        if not status.is_terminal:
+            raise TimeoutError(f"{h} is still {status.state.value} after {timeout:g}s")
         return status
 
     def cancel(self, handle: AppHandle | str) -> None:
@@ -173,13 +236,19 @@ class Runner:
         tail: int | None = None,
         since: float | None = None,
         follow: bool = False,
+        rank: int | None = None,
     ) -> Iterator[LogLine]:
         """Lines of the chosen replicas' logs (all of them by default), filtered.
 
         Replicas are read one after another; with ``follow`` several replicas are
-        interleaved as lines arrive.
+        interleaved as lines arrive, and each replica's lines end when it has ended
+        (every line it wrote given out exactly once, restarts included). ``rank`` keeps
+        the lines of one global rank (torchrun's workers; see :class:`LogLine`);
+        ``tail`` the last N lines (of the selection, per replica), also when following.
         """
-        from distspec.schedulers._common import filter_lines
+        from collections import deque
+
+        from distspec.schedulers._common import split_rank
 
         h, sched = self._resolve(handle)
         status = sched.describe(h.app_id)
@@ -197,10 +266,34 @@ class Runner:
                 f"{h}: no replica matches {role or '*'}/{'*' if replica is None else replica}; known: {known}"
             )
 
+        def parsed(target: tuple[str, int], follow: bool) -> Iterator[LogLine]:
+            role_name, index = target
+            for raw in sched.log_iter(h.app_id, role_name, index, since=since, follow=follow):
+                line_rank, text = split_rank(raw, role_name)
+                if rank is None or line_rank == rank:
+                    yield LogLine(role_name, index, text, line_rank)
+
+        def selected(lines: Iterator[LogLine]) -> Iterator[LogLine]:
+            pattern = re.compile(regex) if regex else None
+            return (ln for ln in lines if pattern is None or pattern.search(ln.text))
+
         def one(target: tuple[str, int]) -> Iterator[LogLine]:
-            lines = sched.log_iter(h.app_id, target[0], target[1], since=since, follow=follow)
-            for text in filter_lines(lines, regex=regex, tail=tail):
-                yield LogLine(target[0], target[1], text)
+            if tail is None:
+                yield from selected(parsed(target, follow))
+                return
+            # The last `tail` lines there are now; when following, then everything after
+            # them: follow from the start skipping what was counted (the log only grows,
+            # so nothing written in between is lost or repeated).
+            seen = 0
+            last: deque[LogLine] = deque(maxlen=max(tail, 0))
+            for line in selected(parsed(target, False)):
+                seen += 1
+                last.append(line)
+            yield from last
+            if follow:
+                for i, line in enumerate(selected(parsed(target, True))):
+                    if i >= seen:
+                        yield line
 
         if not follow or len(targets) == 1:
             for target in targets:

@@ -1,4 +1,6 @@
-"""``distspec log HANDLE [ROLE[/REPLICA]]``."""
+"""``distspec log HANDLE [ROLE[/REPLICA]]``: a job's output, each line prefixed
+``ROLE/REPLICA rank N|`` (``ROLE/REPLICA|`` for lines of no rank), filtered by replica,
+global rank, regex, time and count; ``-f`` follows until the job ends."""
 
 from __future__ import annotations
 
@@ -16,7 +18,22 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         "-f", "--follow", action="store_true", help="keep printing new lines until the app ends"
     )
     parser.add_argument(
-        "--tail", type=int, metavar="N", help="only the last N lines of each replica"
+        "--rank",
+        type=int,
+        metavar="N",
+        help="only the lines of global rank N (torchrun's workers; see docs/cli.md)",
+    )
+    parser.add_argument(
+        "--replica", type=int, metavar="I", help="only replica I (of every role, or of ROLE)"
+    )
+    parser.add_argument(
+        "--tail",
+        type=int,
+        metavar="N",
+        help="only the last N lines of each replica (with -f: then follow)",
+    )
+    parser.add_argument(
+        "--raw", action="store_true", help="print the text alone, without the ROLE/REPLICA prefix"
     )
     parser.add_argument(
         "--regex", metavar="RE", help="only lines that match RE (Python regex, searched)"
@@ -57,6 +74,12 @@ def main(args: argparse.Namespace) -> int:
             if not rep.isdigit():
                 raise UsageError(f"replica must be a number in ROLE/REPLICA, got {args.which!r}")
             replica = int(rep)
+    if args.replica is not None:
+        if replica is not None and replica != args.replica:
+            raise UsageError(f"--replica {args.replica} contradicts {args.which}")
+        replica = args.replica
+    if args.tail is not None and args.tail < 0:
+        raise UsageError(f"--tail must be >= 0, got {args.tail}")
     if args.regex:
         try:
             re.compile(args.regex)
@@ -64,15 +87,6 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--regex {args.regex!r}: {e}") from None
     since = parse_since(args.since) if args.since else None
     runner = make_runner()
-    status = runner.status(args.handle)
-    shown = [
-        r
-        for rs in status.roles
-        if role in (None, rs.role)
-        for r in rs.replicas
-        if replica in (None, r.id)
-    ]
-    prefix = len(shown) > 1
     lines = runner.log_lines(
         args.handle,
         role or None,
@@ -81,10 +95,11 @@ def main(args: argparse.Namespace) -> int:
         tail=args.tail,
         since=since,
         follow=args.follow,
+        rank=args.rank,
     )
     out = sys.stdout
     for line in lines:
-        out.write(f"{line.role}/{line.replica}: {line.text}\n" if prefix else line.text + "\n")
+        out.write((line.text if args.raw else line.format()) + "\n")
         if args.follow:
             out.flush()
     return 0

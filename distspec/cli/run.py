@@ -22,15 +22,29 @@ Everything after COMPONENT goes to the component: `distspec run dist.ddp --help`
 lists its parameters. Script arguments follow the component's flags, with or
 without `--`.
 
-With --wait, Ctrl-C or SIGTERM cancels the job before exiting (exit code 130).
+--wait follows the job to its end: the job's output is streamed, each line
+prefixed `ROLE/REPLICA rank N|` (by default for local_cwd, and for the other
+backends when stdout is a terminal; --log/--no-log decide), and the end says the
+duration, final state, where the logs are and, on failure, the failing rank's
+traceback, exit code and host.
+
+Ctrl-C during --wait: on local_cwd it cancels the job (as for a foreground
+torchrun). On slurm, pbs and kubernetes the first Ctrl-C stops following and
+says how to follow or cancel the still-running job; a second one within 3 s (or
+--cancel-on-interrupt) cancels it. SIGTERM cancels a local job and detaches
+from the others.
+
 Exit codes: 0 success; the failing replica's exit code (or 1) when the job fails;
-2 for a usage mistake (nothing is submitted).
+2 for a usage mistake (nothing is submitted); 130 when interrupted.
 
 examples:
   distspec run dist.ddp -j 1x2 --script train.py --lr 0.1
   distspec run -s slurm -cfg partition=gpu,time=1:00:00 --dryrun dist.ddp -j 2x8 --script train.py
   distspec run --dryrun -o out/ -s slurm dist.ddp -j 2x8 --script train.py
 """
+
+#: After a first Ctrl-C detached from a batch job, a second one this soon cancels it.
+SECOND_INTERRUPT_WINDOW = 3.0
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -55,9 +69,22 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         "-o",
         "--output",
         metavar="DIR",
-        help="with --dryrun: write the request's files and a submit.sh to DIR",
+        help="with --dryrun: write the request's files to DIR, and a DIR/submit.sh that "
+        "submits them from the current directory",
     )
     parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    parser.add_argument(
+        "--log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --wait: stream the job's output (default: on for local_cwd, and for "
+        "other backends when stdout is a terminal)",
+    )
+    parser.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="with --wait: the first Ctrl-C cancels a slurm/pbs/kubernetes job too",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
         "component", metavar="COMPONENT", help="builtin name, path/file.py:fn or pkg.mod:fn"
@@ -94,10 +121,7 @@ def main(args: argparse.Namespace) -> int:
     request = runner.dryrun(app, scheduler, cfg)
     if args.dryrun:
         if args.output:
-            from pathlib import Path
-
-            paths = request.write(Path(args.output))
-            for path in paths:
+            for path in write_request(request, args.output):
                 print(path)
         elif args.json:
             print_json(
@@ -119,90 +143,289 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(handle)
         return 0
-    # SIGTERM must cancel the job from the moment it exists, so the handler goes in
+    logs = args.log if args.log is not None else scheduler == "local_cwd" or sys.stdout.isatty()
+    cancel = scheduler == "local_cwd" or args.cancel_on_interrupt
+    # SIGTERM must reach the job from the moment it exists, so the handler goes in
     # before submit rather than after the handle is printed.
-    with _term_as_interrupt():
+    with _term_as_interrupt() as terminated:
         handle = runner.submit(request)
         print(handle, file=sys.stderr if args.json else sys.stdout, flush=True)
-        status = follow(runner, handle)
+        status = follow(
+            runner,
+            handle,
+            logs=sys.stderr if args.json else sys.stdout if logs else None,
+            cancel_on_interrupt=cancel,
+            terminated=terminated,
+        )
+    if status is None:  # detached
+        return 130
     if args.json:
         print_json({"handle": handle.format(), "status": status.to_dict()})
     return exit_code(runner, handle, status)
 
 
+def write_request(request: Any, output: str) -> list[Any]:
+    """Write the request's files to ``output`` and a ``submit.sh`` that submits them
+    from the directory the dry run ran in (where the job's relative paths, such as its
+    script, are found); returns the paths written."""
+    import shlex
+    from pathlib import Path
+
+    directory = Path(output)
+    paths: list[Any] = request.write(directory)
+    # Request.write's own submit.sh submits from DIR; replace it. An argument that
+    # names one of the written files (or "." for DIR itself) is made absolute.
+    names = set(request.files)
+    words = []
+    for arg in request.argv:
+        if arg in names:
+            words.append('"$here"/' + shlex.quote(arg))
+        elif arg == ".":
+            words.append('"$here"')
+        else:
+            words.append(shlex.quote(arg))
+    script = directory / "submit.sh"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f"# Submits the {request.scheduler} request in this folder by hand, from the directory\n"
+        "# `distspec run --dryrun` ran in, so that the job finds its relative paths.\n"
+        "set -euo pipefail\n"
+        'here="$(cd "$(dirname "$0")" && pwd)"\n'
+        f"cd {shlex.quote(os.getcwd())}\n" + " ".join(words) + "\n"
+    )
+    os.chmod(script, 0o755)
+    return paths
+
+
+class _Terminated:
+    """Set when SIGTERM (not Ctrl-C) raised the KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.value = False
+
+
 @contextlib.contextmanager
-def _term_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt for the duration, so both cancel the same way."""
+def _term_as_interrupt() -> Iterator[_Terminated]:
+    """Turn SIGTERM into KeyboardInterrupt for the duration, so both stop ``--wait``."""
     import signal
 
+    flag = _Terminated()
+
     def on_term(signum: int, frame: Any) -> None:
+        flag.value = True
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        yield
+        yield flag
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def follow(runner: Runner, handle: AppHandle) -> AppStatus:
-    """Wait for the job, showing progress; an interrupt (Ctrl-C, or SIGTERM under
-    :func:`_term_as_interrupt`) cancels it and is re-raised."""
-    display = _Display(sys.stderr)
+class _LogPump:
+    """Streams every replica's lines to ``out`` from a thread, while the main thread waits."""
+
+    def __init__(self, runner: Runner, handle: AppHandle, out: Any) -> None:
+        import threading
+
+        self.out = out
+        self.stopped = False
+        self.error: BaseException | None = None
+        self.lines = runner.log_lines(handle, follow=True)
+        self.thread = threading.Thread(target=self._run, name="distspec-logs", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        out = self.out
+        try:
+            for line in self.lines:
+                if self.stopped:
+                    return
+                out.write(line.format() + "\n")
+                out.flush()
+        except BrokenPipeError:
+            self.stopped = True
+        except Exception as e:  # the logs are a view; the job's end still counts
+            self.error = e
+
+    def finish(self, timeout: float = 60.0) -> None:
+        """Let the streams drain (they end once the replicas have), then stop."""
+        self.thread.join(timeout)
+        self.stopped = True
+        if self.error is not None:
+            print(f"distspec: (stopped streaming logs: {self.error})", file=sys.stderr)
+
+
+def follow(
+    runner: Runner,
+    handle: AppHandle,
+    *,
+    logs: Any = None,
+    cancel_on_interrupt: bool = True,
+    terminated: _Terminated | None = None,
+) -> AppStatus | None:
+    """Wait for the job, streaming its lines to ``logs`` (a text stream) if given and
+    showing its state on stderr. Returns the final status, or None when an interrupt
+    detached from a job that goes on.
+
+    An interrupt (Ctrl-C, or SIGTERM under :func:`_term_as_interrupt`) with
+    ``cancel_on_interrupt`` cancels the job and is re-raised; without it, it says how
+    to follow or cancel the job, and a second Ctrl-C within
+    :data:`SECOND_INTERRUPT_WINDOW` seconds cancels it (and is re-raised).
+    """
+    display = _Display(sys.stderr, live=logs is None)
+    pump = _LogPump(runner, handle, logs) if logs is not None else None
     try:
         status = runner.wait(handle, on_status=display.update)
     except KeyboardInterrupt:
+        if pump is not None:
+            pump.stopped = True
         display.finish()
-        print(f"distspec: cancelling {handle}", file=sys.stderr)
-        runner.cancel(handle)
-        raise
+        if cancel_on_interrupt:
+            print(f"distspec: cancelling {handle}", file=sys.stderr)
+            runner.cancel(handle)
+            raise
+        _detach(runner, handle, second_chance=not (terminated and terminated.value))
+        return None
+    if pump is not None:
+        pump.finish()
     display.update(status)
     display.finish()
     return status
 
 
+def _detach(runner: Runner, handle: AppHandle, *, second_chance: bool) -> None:
+    err = sys.stderr
+    print(
+        f"distspec: stopped following {handle}; the job goes on.\n"
+        f"  follow it:  distspec log -f {handle}\n"
+        f"  its state:  distspec status {handle}\n"
+        f"  cancel it:  distspec cancel {handle}",
+        file=err,
+        flush=True,
+    )
+    if not second_chance:
+        return
+    print(
+        f"distspec: press Ctrl-C again within {SECOND_INTERRUPT_WINDOW:g} s to cancel it now",
+        file=err,
+        flush=True,
+    )
+    try:
+        time.sleep(SECOND_INTERRUPT_WINDOW)
+    except KeyboardInterrupt:
+        print(f"distspec: cancelling {handle}", file=err, flush=True)
+        runner.cancel(handle)
+        raise
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _where(status: AppStatus) -> list[str]:
+    lines = []
+    if status.location:
+        lines.append(f"  run directory: {status.location}")
+    logs = [r.log for role in status.roles for r in role.replicas if r.log]
+    if logs:
+        folder = os.path.dirname(logs[0])
+        same = all(os.path.dirname(p) == folder for p in logs)
+        lines.append(f"  logs:          {folder}/" if same else f"  logs:          {logs[0]} ...")
+    return lines
+
+
 def exit_code(runner: Runner, handle: AppHandle, status: AppStatus) -> int:
-    """0 on success; the failing replica's code (or 1) otherwise, after saying who failed."""
+    """0 on success; the failing replica's code (or 1) otherwise. Either way, says on
+    stderr how long it took, how it ended, where its files are and what to run next;
+    on failure also who failed (rank, host, exit code or signal) and its traceback."""
     from distspec.specs.state import AppState
 
+    err = sys.stderr
+    took = _duration(status.duration)
     if status.state is AppState.SUCCEEDED:
+        print(f"distspec: {handle} SUCCEEDED in {took}", file=err)
+        for line in _where(status):
+            print(line, file=err)
+        print(f"  its logs:      distspec log {handle}", file=err)
         return 0
     failed = status.first_failure()
     if failed is None:
         print(
-            f"distspec: {handle} ended {status.state.value}"
+            f"distspec: {handle} {status.state.value} after {took}"
             + (f": {status.msg}" if status.msg else ""),
-            file=sys.stderr,
+            file=err,
         )
+        for line in _where(status):
+            print(line, file=err)
+        print(f"  its logs:      distspec log {handle}", file=err)
         return 1
-    where = f" on {failed.hostname}" if failed.hostname else ""
+    rank, excerpt, error = _failing_rank(runner, handle, failed.role, failed.id)
     code = failed.exit_code
-    print(
-        f"distspec: {handle} {status.state.value}: replica {failed.role}/{failed.id}{where} "
-        f"exited with {code if code is not None else 'unknown code'}"
-        + (f" ({failed.reason})" if failed.reason else ""),
-        file=sys.stderr,
-    )
-    try:
-        lines = list(runner.log_lines(handle, failed.role, failed.id, tail=20))
-    except Exception as e:  # logs are a courtesy here; the exit code is what matters
-        print(f"distspec: (could not read its log: {e})", file=sys.stderr)
-        lines = []
-    if lines:
-        print(f"--- last {len(lines)} lines of {failed.role}/{failed.id} ---", file=sys.stderr)
-        for line in lines:
-            print(line.text, file=sys.stderr)
+    if code is None:
+        how = "ended with an unknown exit code"
+    elif code > 128 and code - 128 < 65:
+        how = f"was killed by {_signal_name(code - 128)} (exit code {code})"
+    else:
+        how = f"exited with {code}"
+    who = f"{failed.role}/{failed.id}" + (f" rank {rank}" if rank is not None else "")
+    where = f" on {failed.hostname}" if failed.hostname else ""
+    print(f"distspec: {handle} {status.state.value} after {took}: {who}{where} {how}", file=err)
+    if failed.reason:
+        print(f"  reason: {failed.reason}", file=err)
+    if excerpt:
+        what = f"rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
+        print(f"--- {what}: last {len(excerpt)} lines ---", file=err)
+        for text in excerpt:
+            print(text, file=err)
+        print("---", file=err)
+    elif error:
+        print(f"  (could not read its log: {error})", file=err)
+    for line in _where(status):
+        print(line, file=err)
+    more = f"--rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
+    print(f"  its log:       distspec log {handle} {more}", file=err)
     if code is not None and 0 < code < 256:
         return code
     return 1
 
 
-class _Display:
-    """A live line per role on a terminal; plain state-change lines otherwise."""
+def _signal_name(number: int) -> str:
+    import signal
 
-    def __init__(self, stream: Any) -> None:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _failing_rank(
+    runner: Runner, handle: AppHandle, role: str, replica: int
+) -> tuple[int | None, list[str], str]:
+    """(rank, its traceback or last lines, error) from the failed replica's log."""
+    from distspec.schedulers._common import failure_excerpt
+
+    try:
+        lines = [(ln.rank, ln.text) for ln in runner.log_lines(handle, role, replica)]
+    except Exception as e:  # the log is a courtesy here; the exit code is what matters
+        return None, [], str(e)
+    rank, excerpt = failure_excerpt(lines)
+    return rank, excerpt, ""
+
+
+class _Display:
+    """Progress on ``stream``: a live line per role on a terminal (``live``, when no
+    log lines are streamed), else a line per change of state."""
+
+    def __init__(self, stream: Any, *, live: bool = True) -> None:
         self.stream = stream
-        self.tty = stream.isatty() and os.environ.get("TERM") != "dumb"
+        self.tty = live and stream.isatty() and os.environ.get("TERM") != "dumb"
         self.start = time.monotonic()
         self.last: str | None = None
         self.drawn = 0

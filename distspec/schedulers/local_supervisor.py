@@ -292,10 +292,14 @@ def torchrun_root_cause(stderr_tail: list[str], role: str = "") -> tuple[int, st
     reason = f"torchrun: {who} {how}"
     if code.group(2):
         reason += f", pid {code.group(2)}"
-    if rank and role:
-        # With --tee and --role, torchrun prefixes each worker line with [<role><local rank>]:
-        prefix = f"[{role}{rank.group(2)}]:"
-        said = [ln[len(prefix) :] for ln in stderr_tail[:start] if ln.startswith(prefix)]
+    if rank:
+        # With --tee torchrun prefixes each worker line: [rank<global rank>]: under the
+        # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE local_cwd sets, else [<role><local rank>]:.
+        prefixes = [f"[rank{rank.group(1)}]:"] + ([f"[{role}{rank.group(2)}]:"] if role else [])
+        said = [ln[len(p) :] for ln in stderr_tail[:start] for p in prefixes if ln.startswith(p)]
+        said = [
+            ln[len(f"[rank{rank.group(1)}]: ") :] if ln.startswith("[rank") else ln for ln in said
+        ]
         if said and said[-1].strip():
             reason += f"; its last line: {said[-1].strip()[:200]}"
     return exit_code_of(value), reason

@@ -39,7 +39,7 @@ from distspec.schedulers._batch import (
     replica_state,
     safe_app_id,
 )
-from distspec.schedulers._common import check_capabilities, submit_env
+from distspec.schedulers._common import check_capabilities, submit_env, with_location
 from distspec.schedulers.api import AppSummary, Capabilities, Request
 from distspec.schedulers.pbs_script import (
     NAME,
@@ -320,7 +320,8 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         info = self._qstat(job_id)
         if info is None and record is None:
             return None
-        files = read_job_folder(self._folder(record, info))
+        folder = self._folder(record, info)
+        files = read_job_folder(folder)
         marker = self._cancelled_marker(job_id)
         cancelled = marker is not None and marker.exists()
         if record is not None:
@@ -347,7 +348,8 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
                 _replica(role, i, state, files, hosts, restarts, msg) for i in range(count)
             )
             role_status.append(RoleStatus(role=role, replicas=replicas))
-        return AppStatus(state=state, msg=msg, num_restarts=restarts, roles=tuple(role_status))
+        status = AppStatus(state=state, msg=msg, num_restarts=restarts, roles=tuple(role_status))
+        return with_location(status, str(folder or ""), job_id)
 
     # cancel, list ----------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from distspec.schedulers._batch import (
     replica_state,
     safe_app_id,
 )
-from distspec.schedulers._common import check_capabilities, submit_env
+from distspec.schedulers._common import check_capabilities, submit_env, with_location
 from distspec.schedulers.api import AppSummary, Capabilities, Request
 from distspec.schedulers.slurm_script import NAME, GpuFlag, SlurmOptions, compile_script
 from distspec.specs.app import AppDef
@@ -356,7 +356,8 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         info = self._query(job_id)
         if info is None and record is None:
             return None
-        files = read_job_folder(self._folder(record, info))
+        folder = self._folder(record, info)
+        files = read_job_folder(folder)
         if record is not None:
             roles = list(record.roles)
         else:
@@ -371,7 +372,9 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
             requeues = max(requeues, info.restarts)
         restarts = requeues + int(files.get("attempt", "0") or 0)
         if info is None:
-            return _from_files(job_id, roles, files, restarts)
+            return with_location(
+                _from_files(job_id, roles, files, restarts), str(folder or ""), job_id
+            )
         state = _combine([SLURM_STATES.get(c.state, AppState.UNKNOWN) for c in info.components])
         # slurmdbd lags the controller: right after submit sacct has no row (so scontrol
         # answers, RUNNING) and then a stale PENDING one. Do not report that step back.
@@ -395,12 +398,13 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
                 _replica(role, i, comp_state, comp, files, restarts) for i in range(count)
             )
             role_status.append(RoleStatus(role=role, replicas=replicas))
-        return AppStatus(
+        status = AppStatus(
             state=state,
             msg=msg,
             num_restarts=restarts,
             roles=tuple(role_status),
         )
+        return with_location(status, str(folder or ""), job_id)
 
     def _queried_folder(self, job_id: str) -> Path | None:
         return self._folder(None, self._scontrol(job_id))

@@ -47,6 +47,11 @@ class ReplicaStatus:
     exit_code: int | None = None
     reason: str = ""
     restarts: int = 0
+    #: Where its log is (a path, or the scheduler's name for it); "" if unknown.
+    log: str = ""
+    #: POSIX times its current attempt started and ended, where the scheduler says.
+    started: float | None = None
+    ended: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +62,9 @@ class ReplicaStatus:
             "exit_code": self.exit_code,
             "reason": self.reason,
             "restarts": self.restarts,
+            "log": self.log,
+            "started": self.started,
+            "ended": self.ended,
         }
 
 
@@ -66,12 +74,18 @@ class RoleStatus:
 
     role: str
     replicas: tuple[ReplicaStatus, ...] = ()
+    #: The command the role runs (shell-quoted), where the scheduler recorded it.
+    command: str = ""
 
     def count(self, state: AppState) -> int:
         return sum(1 for r in self.replicas if r.state is state)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "replicas": [r.to_dict() for r in self.replicas]}
+        return {
+            "role": self.role,
+            "command": self.command,
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
 
 
 @frozen
@@ -83,6 +97,26 @@ class AppStatus:
     num_restarts: int = 0
     roles: tuple[RoleStatus, ...] = field(default=())
     ui_url: str = ""
+    #: POSIX times: submitted, first replica started, ended; None where unknown.
+    submitted: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    #: Where the run's files are: local run directory, Slurm/PBS job folder; "" if none.
+    location: str = ""
+    #: The scheduler's own id for the app (Slurm/PBS job id, Kubernetes job name).
+    native_id: str = ""
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start (or submission) to end, or to now while it runs."""
+        begin = self.started if self.started is not None else self.submitted
+        if begin is None:
+            return None
+        if self.ended is not None:
+            return max(0.0, self.ended - begin)
+        import time
+
+        return max(0.0, time.time() - begin)
 
     @property
     def is_terminal(self) -> bool:
@@ -102,6 +136,12 @@ class AppStatus:
             "num_restarts": self.num_restarts,
             "roles": [r.to_dict() for r in self.roles],
             "ui_url": self.ui_url,
+            "submitted": self.submitted,
+            "started": self.started,
+            "ended": self.ended,
+            "duration": self.duration,
+            "location": self.location,
+            "native_id": self.native_id,
         }
 
     def format(self) -> str:

@@ -162,7 +162,7 @@ def test_main_job_trains_and_exits_0(state_dir: Path, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert ckpt.exists()
-    handle = proc.stdout.strip().splitlines()[-1]
+    handle = proc.stdout.strip().splitlines()[0]
     assert "SUCCEEDED" in proc.stderr
     log = cli("log", handle, "--regex", "loss", cwd=REPO)
     assert log.returncode == 0
@@ -184,11 +184,11 @@ def test_failing_rank_exit_code_is_propagated(state_dir: Path, tmp_path: Path) -
     )
     proc = cli("run", "--wait", "dist.ddp", "-j", "1x2", "--script", "fail.py", cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
-    assert "replica fail/0 on localhost exited with 3" in proc.stderr
+    assert "fail/0 rank 1 on localhost exited with 3" in proc.stderr
     assert "rank 1 (local_rank 1) exited with 3" in proc.stderr
-    assert "rank 1 gives up" in proc.stderr
-    assert "--- last" in proc.stderr
-    handle = proc.stdout.strip().splitlines()[-1]
+    # The failing rank's own last lines, without its prefix, in the summary.
+    assert "--- rank 1: last 1 lines ---\nrank 1 gives up\n---" in proc.stderr
+    handle = proc.stdout.strip().splitlines()[0]
     data = state(state_dir, handle)
     assert data["state"] == "FAILED"
     assert data["roles"][0]["replicas"][0]["exit_code"] == 3
@@ -253,7 +253,7 @@ def test_retries_restart_the_job(state_dir: Path, tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    handle = proc.stdout.strip().splitlines()[-1]
+    handle = proc.stdout.strip().splitlines()[0]
     data = state(state_dir, handle)
     assert data["num_restarts"] == 1
     assert data["roles"][0]["replicas"][0]["restarts"] == 1
@@ -295,7 +295,7 @@ def test_five_concurrent_jobs_keep_their_own_states(state_dir: Path, tmp_path: P
     handles = []
     for code, ((out, err), rc) in enumerate(results):
         assert rc == code, err
-        handles.append(out.strip().splitlines()[-1])
+        handles.append(out.strip().splitlines()[0])
     assert len(set(handles)) == 5
     for code, handle in enumerate(handles):
         data = state(state_dir, handle)
@@ -431,18 +431,18 @@ def test_logs_prefix_tail_regex_since(state_dir: Path, tmp_path: Path) -> None:
     assert cli("log", handle, "-f", cwd=tmp_path).returncode == 0  # ends with the job
     both = cli("log", handle, cwd=tmp_path).stdout.splitlines()
     assert sorted(both) == sorted(
-        ["sh/0: out 0", "sh/0: err 0", "sh/0: last", "sh/1: out 1", "sh/1: err 1", "sh/1: last"]
+        ["sh/0| out 0", "sh/0| err 0", "sh/0| last", "sh/1| out 1", "sh/1| err 1", "sh/1| last"]
     )
-    # One replica, no prefix. Within a stream the order is kept; stdout and stderr are
-    # separate pipes, so how they interleave is the order their data arrived in.
-    one = cli("log", handle, "sh/1", cwd=tmp_path).stdout.splitlines()
+    # One replica; --raw: the text alone. Within a stream the order is kept; stdout and
+    # stderr are separate pipes, so how they interleave is the order their data arrived in.
+    one = cli("log", handle, "sh/1", "--raw", cwd=tmp_path).stdout.splitlines()
     assert sorted(one) == ["err 1", "last", "out 1"]
     assert one.index("out 1") < one.index("last")
     tail = cli("log", handle, "sh/0", "--regex", "out|last", "--tail", "1", cwd=tmp_path)
-    assert tail.stdout == "last\n"
+    assert tail.stdout == "sh/0| last\n"
     assert cli("log", handle, "--regex", "^err", cwd=tmp_path).stdout.splitlines() == [
-        "sh/0: err 0",
-        "sh/1: err 1",
+        "sh/0| err 0",
+        "sh/1| err 1",
     ]
     assert cli("log", handle, "--since", "1h", cwd=tmp_path).stdout.count("\n") == 6
     future = "2999-01-01T00:00:00"
@@ -514,7 +514,7 @@ def test_the_supervisor_keeps_no_inherited_descriptor(state_dir: Path, tmp_path:
         assert ready and os.read(r, 1) == b"", "some process of the job holds the pipe open"
     finally:
         os.close(r)
-        cancel = cli("cancel", proc.stdout.strip().splitlines()[-1], cwd=tmp_path)
+        cancel = cli("cancel", proc.stdout.strip().splitlines()[0], cwd=tmp_path)
         assert cancel.returncode == 0, cancel.stderr
 
 
