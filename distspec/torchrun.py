@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_RDZV_PORT",
     "RDZV_BACKENDS",
     "TORCHRUN",
+    "check_rdzv_conf",
     "torchrun_args",
 ]
 
@@ -59,6 +60,7 @@ def torchrun_args(
     max_restarts: int = 0,
     tee: int | None = None,
     role: str | None = None,
+    rdzv_conf: str | None = None,
 ) -> list[str]:
     """The arguments that follow :data:`TORCHRUN` to run ``script`` or ``module``.
 
@@ -77,6 +79,9 @@ def torchrun_args(
         max_restarts: how often torchrun restarts the node's workers before failing.
         tee: torchrun's ``--tee``: 0 none, 1 stdout, 2 stderr, 3 both; None omits it.
         role: torchrun's ``--role`` label for the workers; None omits it.
+        rdzv_conf: torchrun's ``--rdzv_conf``, ``KEY=VALUE[,KEY=VALUE...]``
+            (``join_timeout=600,timeout=900``), passed on single- and multi-node
+            jobs alike; None or empty omits it.
 
     Raises:
         ComponentError: not exactly one of script and module, an unknown rendezvous
@@ -97,6 +102,8 @@ def torchrun_args(
             f"--tee must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both), got {tee}"
         )
 
+    if rdzv_conf:
+        check_rdzv_conf(rdzv_conf)
     args = ["--nnodes", topology.nnodes_arg, "--nproc_per_node", str(topology.nproc_per_node)]
     if topology.nodes == 1:
         args += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--rdzv_id", rdzv_id]
@@ -116,6 +123,8 @@ def torchrun_args(
         ]
         if rdzv_backend == "static":
             args += ["--node_rank", node_rank]
+    if rdzv_conf:
+        args += ["--rdzv_conf", rdzv_conf]
     args += ["--max_restarts", str(max_restarts)]
     if tee is not None:
         args += ["--tee", str(tee)]
@@ -128,3 +137,21 @@ def torchrun_args(
         args.append(script)
     args += list(script_args)
     return args
+
+
+def check_rdzv_conf(text: str) -> None:
+    """Refuse a ``--rdzv_conf`` value torchrun would misread.
+
+    torchrun splits it on ``,`` and each item on its first ``=`` (a value may not
+    contain a comma), so every item needs a non-empty key and an ``=``.
+
+    Raises:
+        ComponentError: an item without ``=`` or with an empty key.
+    """
+    for item in text.split(","):
+        key, eq, _ = item.partition("=")
+        if not eq or not key.strip():
+            raise ComponentError(
+                f"--rdzv_conf {text!r}: {item!r} is not KEY=VALUE; write it as "
+                "KEY=VALUE[,KEY=VALUE...], e.g. join_timeout=600,timeout=900"
+            )

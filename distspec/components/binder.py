@@ -7,7 +7,7 @@ annotation             on the command line             notes
 =====================  ==============================  =====================================
 ``str``                ``--name VALUE``
 ``int`` / ``float``    ``--cpu 4`` / ``--lr 0.1``
-``bool``               ``--debug`` / ``--no-debug``    a flag; takes no value
+``bool``               ``--debug`` / ``--no-debug``    also ``--debug true``, ``--debug=0``
 ``list[str]``          ``--mounts a,b``                comma-separated; repeat to append
 ``dict[str, str]``     ``--env K=V,K2=V2``             repeat to merge; see escapes below
 an ``Enum`` subclass   ``--mode fast``                 a member's value (or its name)
@@ -16,9 +16,17 @@ an ``Enum`` subclass   ``--mode fast``                 a member's value (or its 
 =====================  ==============================  =====================================
 
 Flag names: a one-letter parameter ``j`` is ``-j``; any other is ``--name``, and
-``--name-with-dashes`` is accepted for ``name_with_dashes``. A parameter without a
-default is a required flag. ``--help`` (never ``-h``, which ``dist.ddp`` uses for
-the host type) prints the help, built from the docstring.
+``--name-with-dashes`` is accepted for ``name_with_dashes``; ``mem_mb`` is also
+``--memMB`` (TorchX's spelling, :data:`ALIASES`). A parameter without a default is
+a required flag. ``--help`` prints the help, built from the docstring; so does a
+``-h`` with no value after it (``dist.ddp`` uses ``-h NAME`` for the host type).
+
+Bool flags: ``--debug`` alone, ``--debug VALUE`` or ``--debug=VALUE`` with a truth
+value (``true/false``, ``yes/no``, ``on/off``, ``1/0``, any case), and ``--no-debug``.
+The word after a bool flag is its value when it is a truth value; any other word
+there is an error, not a script argument: TorchX requires ``--debug True``, and
+guessing would turn ``--debug True -j 2x8`` or ``--debug False`` into a different
+job. Script arguments go after ``--`` (``--debug -- data.csv``).
 
 Escapes in lists and mappings: a backslash before a comma keeps the comma
 (``a\\,b`` is one item ``a,b``) and ``\\\\`` is one backslash; any other backslash
@@ -54,6 +62,7 @@ if TYPE_CHECKING:
     from distspec.components.loader import Component
 
 __all__ = [
+    "ALIASES",
     "KINDS",
     "ComponentHelp",
     "Kind",
@@ -65,6 +74,7 @@ __all__ = [
     "params",
     "parse_dict",
     "parse_list",
+    "truth",
 ]
 
 
@@ -112,6 +122,23 @@ _SUPPORTED = (
 )
 
 
+#: Extra spellings of a parameter's flag, for the names TorchX users type.
+ALIASES: Mapping[str, tuple[str, ...]] = types.MappingProxyType({"mem_mb": ("--memMB",)})
+
+_TRUE = frozenset({"true", "yes", "1", "on"})
+_FALSE = frozenset({"false", "no", "0", "off"})
+
+
+def truth(text: str) -> bool | None:
+    """``True``/``False`` for a truth value (``true``, ``no``, ``1``, ``OFF``...), else None."""
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    return None
+
+
 class _Required(enum.Enum):
     REQUIRED = "required"
 
@@ -139,7 +166,8 @@ class Param:
         if len(self.name) == 1:
             return (f"-{self.name}",)
         dashed = self.name.replace("_", "-")
-        return (f"--{self.name}",) if dashed == self.name else (f"--{self.name}", f"--{dashed}")
+        own = (f"--{self.name}",) if dashed == self.name else (f"--{self.name}", f"--{dashed}")
+        return own + ALIASES.get(self.name, ())
 
     @property
     def negative_flags(self) -> tuple[str, ...]:
@@ -174,12 +202,10 @@ class Param:
             except ValueError:
                 raise ValueError(f"expected a number, got {text!r}") from None
         if kind is Kind.BOOL:
-            low = text.strip().lower()
-            if low in {"true", "yes", "1", "on"}:
-                return True
-            if low in {"false", "no", "0", "off"}:
-                return False
-            raise ValueError(f"expected true or false, got {text!r}")
+            value = truth(text)
+            if value is None:
+                raise ValueError(f"expected true or false, got {text!r}")
+            return value
         if kind is Kind.LIST:
             return parse_list(text)
         if kind is Kind.DICT:
@@ -590,6 +616,7 @@ def _parser(
             continue
         extra = p.type_name + (", required" if p.required else f", default: {_show(p.default)}")
         if p.kind is Kind.BOOL:
+            spellings = f"{p.flags[0]} [true|false] or {p.negative_flags[0]}; "
             parser.add_argument(
                 *p.flags,
                 *p.negative_flags,
@@ -598,7 +625,7 @@ def _parser(
                 negatives=p.negative_flags,
                 required=p.required,
                 default=argparse.SUPPRESS,
-                help=text(p, extra),
+                help=text(p, spellings + extra),
             )
             continue
         parser.add_argument(
@@ -648,6 +675,99 @@ def _with_defaults(
     return list(out.values())
 
 
+def _normalize(component: Component, ps: Sequence[Param], argv: Sequence[str]) -> list[str]:
+    """``argv`` with every bool flag in its bare form (``--debug`` / ``--no-debug``).
+
+    Reads the component's own flags only: it stops at ``--`` and at the first
+    word that is not a flag (the script arguments start there). A value-less
+    ``-h`` (last, or followed by a flag) asks for the help.
+
+    Raises:
+        _HelpRequested: ``-h`` without a value.
+        ComponentError: a bool flag followed by a word that is not a truth value,
+            a truth value after ``--no-NAME``, or ``--NAME=VALUE`` that is not one.
+    """
+    bools: dict[str, tuple[Param, bool]] = {}
+    valued: set[str] = {"--help"}
+    for p in ps:
+        if p.kind is Kind.BOOL:
+            bools.update({f: (p, True) for f in p.flags})
+            bools.update({f: (p, False) for f in p.negative_flags})
+        elif p.kind is not Kind.ARGS:
+            valued.update(p.flags)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in {"--", "-"} or not word.startswith("-"):
+            out.extend(argv[i:])  # `--` or the first script argument: the rest is theirs
+            break
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        flag, eq, value = word.partition("=")
+        if flag in bools:
+            p, positive = bools[flag]
+            if eq:
+                given, shown = value, word
+                i += 1
+            elif following is not None and following != "-" and not following.startswith("-"):
+                given, shown = following, f"{word} {following}"
+                i += 2
+            else:
+                out.append(_bool_flag(p, positive))
+                i += 1
+                continue
+            meant = truth(given)
+            if meant is None or not positive:
+                raise ComponentError(_bool_error(component, p, flag, shown, given, positive))
+            out.append(_bool_flag(p, meant))
+            continue
+        if word == "-h" and (
+            following is None or following == "--" or following in bools or following in valued
+        ):
+            raise _HelpRequested
+        if flag in valued and not eq and following is not None:
+            out += [word, following]
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
+def _bool_flag(p: Param, value: bool) -> str:
+    return p.flags[0] if value else p.negative_flags[0]
+
+
+def _bool_error(
+    component: Component, p: Param, flag: str, shown: str, given: str, positive: bool
+) -> str:
+    on, off = p.flags[0], p.negative_flags[0]
+    if not positive:
+        what = f"{flag} takes no value"
+    else:
+        what = f"{flag} is a true/false flag and {given!r} is not true or false"
+    return (
+        f"{component.name}: {shown}: {what}; write {on}, {on} false or {off}, "
+        f"and put the script's own arguments after --"
+    )
+
+
+def _plain(text: str) -> str:
+    """reStructuredText markup as plain text for ``--help``.
+
+    ````x```` and ```x``` → ``x``; ``:role:`x``` → ``x``; ```text <url>`_`` →
+    ``text (url)``; a paragraph ending in ``::`` (a literal block follows) ends
+    in ``:``.
+    """
+    if "`" not in text and "::" not in text:
+        return text
+    text = re.sub(r"`([^`<]+?)\s*<([^>`]+)>`__?", r"\1 (\2)", text)
+    text = re.sub(r":[\w:.-]+:`~?([^`]+)`", r"\1", text)
+    text = re.sub(r"``(.+?)``", r"\1", text, flags=re.S)
+    text = re.sub(r"(?<![\w`])`([^`\n]+)`(?!`)", r"\1", text)
+    return re.sub(r"(\S)::$", r"\1:", text, flags=re.M)
+
+
 # -- public -----------------------------------------------------------------------
 
 
@@ -669,8 +789,8 @@ def help_text(
     import docstring_parser
 
     doc = docstring_parser.parse(inspect.cleandoc(_docstring(component.fn)))
-    docs = {p.arg_name.lstrip("*").split(" ")[0]: p.description or "" for p in doc.params}
-    parts = [s for s in (doc.short_description, doc.long_description) if s]
+    docs = {p.arg_name.lstrip("*").split(" ")[0]: _plain(p.description or "") for p in doc.params}
+    parts = [_plain(s) for s in (doc.short_description, doc.long_description) if s]
     description = "\n\n".join(parts) + f"\n\ndefined at {component.source}"
     return _parser(component, ps, prog, docs, description).format_help()
 
@@ -707,7 +827,7 @@ def bind(
     ps = _with_defaults(component, params(component), defaults)
     parser = _parser(component, ps, prog)
     try:
-        ns = parser.parse_args(list(argv))
+        ns = parser.parse_args(_normalize(component, ps, argv))
     except _HelpRequested:
         raise ComponentHelp(help_text(component, prog, defaults=defaults)) from None
 

@@ -7,6 +7,7 @@ rendezvous. The torchrun command line is built in :mod:`distspec.torchrun`.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 
 from distspec.errors import ComponentError
@@ -19,7 +20,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from distspec.specs.mounts import Mount
 
-__all__ = ["DEBUG_ENV", "ddp", "spmd"]
+__all__ = [
+    "DEBUG_ENV",
+    "EXPERIMENT_METADATA",
+    "FULL_NAME_METADATA",
+    "ddp",
+    "job_name",
+    "spmd",
+    "torchrun",
+]
+
+#: AppDef metadata: the ``--name`` as given, when the job name differs from it.
+FULL_NAME_METADATA = "distspec.full_name"
+#: AppDef metadata: the experiment of a TorchX-style ``--name EXPERIMENT/RUN``.
+EXPERIMENT_METADATA = "distspec.experiment"
 
 #: What ``--debug`` adds to the environment (the user's ``--env`` wins on a clash).
 DEBUG_ENV: Mapping[str, str] = FrozenDict(
@@ -54,6 +68,7 @@ def ddp(
     max_restarts: int = 0,
     rdzv_backend: str = "c10d",
     rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
@@ -64,10 +79,14 @@ def ddp(
     localhost with a free port; several nodes rendezvous on the rank-0 host
     (``${rank0_host}``), which every scheduler fills in or refuses to compile.
 
+    ``-j M`` (no ``x``) is M processes on one node whatever --gpu or -h say, as in
+    TorchX's dist.ddp: ``-j 2 --gpu 8`` is one node of 2 processes. For N nodes of
+    one process per GPU use dist.spmd (or dist.torchrun with -h), or write NxM.
+
     Examples::
 
         distspec run dist.ddp --script train.py -- --lr 0.1
-        distspec run -s slurm dist.ddp -j 2x8 -h gpu.large --script train.py
+        distspec run -s slurm dist.ddp -j 2x8 -h gpu.xlarge --script train.py
         distspec run dist.ddp -j 1:4x8 -m mypkg.train      # elastic, 1 to 4 nodes
 
     Args:
@@ -75,15 +94,16 @@ def ddp(
         script: the training script to run (a path inside the image); give this or -m.
         m: a Python module to run as with ``python -m``; give this or --script.
         image: the container image; empty runs in the scheduler's current environment.
-        name: the job name; the script's or module's name when not given.
+        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
+            ``/RUN``): the job is named RUN and records the whole name; the
+            script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
         cpu: CPUs per node (2 without -h).
         gpu: GPUs per node (0 without -h).
         mem_mb: memory per node in MiB (1024 without -h).
-        j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:N`` makes it
-            elastic; a bare ``M`` is one node, or M nodes of one process per GPU
-            when the nodes have GPUs.
+        j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:NxM`` makes it
+            elastic; a bare ``M`` is always one node of M processes.
         env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
         max_retries: how many times the scheduler reruns the job after a failure.
         max_restarts: how many times torchrun restarts a node's processes before the
@@ -91,6 +111,8 @@ def ddp(
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
             etcd or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
+            close_timeout, timeout in seconds, and the backend's own keys).
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
@@ -107,11 +129,13 @@ def ddp(
         gpu=gpu,
         mem_mb=mem_mb,
         j=j,
+        bare_j=_BareJ.PROCESSES,
         env=env,
         max_retries=max_retries,
         max_restarts=max_restarts,
         rdzv_backend=rdzv_backend,
         rdzv_port=rdzv_port,
+        rdzv_conf=rdzv_conf,
         mounts=mounts,
         debug=debug,
         tee=tee,
@@ -134,6 +158,7 @@ def spmd(
     max_restarts: int = 0,
     rdzv_backend: str = "c10d",
     rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
@@ -141,24 +166,26 @@ def spmd(
     """Single program, multiple data: one process per GPU on every node.
 
     The same torchrun launch as dist.ddp, but the topology is always stated
-    (-j is required) and counts nodes when the nodes have GPUs: with
-    ``-h gpu.large`` (8 GPUs) ``-j 2`` is 2 nodes of 8 processes. On hosts
-    without GPUs a bare ``-j M`` is one node of M processes; ``NxM`` is
-    always N nodes of M processes.
+    (-j is required) and a bare ``-j N`` counts nodes, one process per GPU, as
+    in TorchX's dist.spmd: with ``-h gpu.xlarge`` (8 GPUs) ``-j 2`` is 2 nodes of
+    8 processes. Nodes without GPUs need ``-j NxM`` (a bare N is refused, as
+    TorchX refuses it); ``NxM`` is always N nodes of M processes.
 
     Examples::
 
-        distspec run -s slurm dist.spmd -h gpu.large -j 4 --script train.py
+        distspec run -s slurm dist.spmd -h gpu.xlarge -j 4 --script train.py
         distspec run -s kubernetes dist.spmd --gpu 4 -j 2 --image repo/img -m mypkg.train
 
     Args:
         script_args: arguments passed to the script or module unchanged.
-        j: the topology: ``N`` nodes (one process per GPU), ``NxM``, or elastic
-            ``MIN:N`` / ``MIN:NxM``.
+        j: the topology: ``N`` nodes of one process per GPU (GPU nodes only),
+            ``NxM``, or elastic ``MIN:N`` / ``MIN:NxM``.
         script: the program to run (a path inside the image); give this or -m.
         m: a Python module to run as with ``python -m``; give this or --script.
         image: the container image; empty runs in the scheduler's current environment.
-        name: the job name; the script's or module's name when not given.
+        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
+            ``/RUN``): the job is named RUN and records the whole name; the
+            script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
         cpu: CPUs per node (2 without -h).
@@ -171,6 +198,8 @@ def spmd(
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
             etcd or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
+            close_timeout, timeout in seconds, and the backend's own keys).
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
@@ -187,15 +216,152 @@ def spmd(
         gpu=gpu,
         mem_mb=mem_mb,
         j=j,
+        bare_j=_BareJ.NODES,
         env=env,
         max_retries=max_retries,
         max_restarts=max_restarts,
         rdzv_backend=rdzv_backend,
         rdzv_port=rdzv_port,
+        rdzv_conf=rdzv_conf,
         mounts=mounts,
         debug=debug,
         tee=tee,
     )
+
+
+def torchrun(
+    *script_args: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = "",
+    name: str | None = None,
+    h: str | None = None,
+    cpu: int | None = None,
+    gpu: int | None = None,
+    mem_mb: int | None = None,
+    j: str = "1x2",
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    max_restarts: int = 0,
+    rdzv_backend: str = "c10d",
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_conf: str | None = None,
+    mounts: list[str] | None = None,
+    debug: bool = False,
+    tee: int = 3,
+) -> AppDef:
+    """torchrun on each node: TorchX's dist.torchrun (its newer name for dist.ddp).
+
+    The job of dist.ddp with one difference, TorchX's: with a named host type
+    (-h), a bare ``-j N`` counts nodes and runs one process per GPU of the host
+    (a host without GPUs needs ``-j NxM``); without -h, ``-j M`` is one node of
+    M processes, as in dist.ddp.
+
+    Examples::
+
+        distspec run dist.torchrun -j 2x4 --script train.py
+        distspec run -s slurm dist.torchrun -h aws_p4d.24xlarge -j 2 -m mypkg.train
+
+    Args:
+        script_args: arguments passed to the script or module unchanged.
+        script: the training script to run (a path inside the image); give this or -m.
+        m: a Python module to run as with ``python -m``; give this or --script.
+        image: the container image; empty runs in the scheduler's current environment.
+        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
+            ``/RUN``): the job is named RUN and records the whole name; the
+            script's or module's name when there is no RUN.
+        h: a named host type (``gpu.large``, see ``distspec resources``) giving the
+            CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
+        cpu: CPUs per node; without it and -h, none are requested (the cluster's default).
+        gpu: GPUs per node (0 without -h).
+        mem_mb: memory per node in MiB; without it and -h, the cluster's default.
+        j: the topology ``[MIN:]NxM``; with -h a bare ``N`` is N nodes of one
+            process per GPU, without -h a bare ``M`` is one node of M processes.
+        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
+        max_retries: how many times the scheduler reruns the job after a failure.
+        max_restarts: how many times torchrun restarts a node's processes before the
+            node fails.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
+            etcd or etcd-v2.
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
+            close_timeout, timeout in seconds, and the backend's own keys).
+        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
+            a new mount starts at each ``type=``.
+        debug: add verbose torch.distributed and NCCL logging to the environment.
+        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+    """
+    return _torchrun_app(
+        script_args,
+        script=script,
+        m=m,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        mem_mb=mem_mb,
+        j=j,
+        bare_j=_BareJ.NODES_WITH_H,
+        env=env,
+        max_retries=max_retries,
+        max_restarts=max_restarts,
+        rdzv_backend=rdzv_backend,
+        rdzv_port=rdzv_port,
+        rdzv_conf=rdzv_conf,
+        mounts=mounts,
+        debug=debug,
+        tee=tee,
+    )
+
+
+class _BareJ(enum.Enum):
+    """What a bare ``-j N`` (no ``x``) means to a component."""
+
+    PROCESSES = "N processes on one node"  # TorchX's dist.ddp
+    NODES = "N nodes, one process per GPU"  # TorchX's dist.spmd
+    NODES_WITH_H = "N nodes with -h, else N processes on one node"  # TorchX's dist.torchrun
+
+
+def _topology(j: str, bare_j: _BareJ, resource: Resource, h: str | None) -> Topology:
+    """Parse ``-j`` as the component means it; see :class:`_BareJ`."""
+    bare = "x" not in j
+    if bare_j is _BareJ.PROCESSES or (bare_j is _BareJ.NODES_WITH_H and not h):
+        if bare and ":" in j:
+            raise ComponentError(
+                f"-j {j}: an elastic MIN:MAX needs xM, the processes per node (-j {j}x1)"
+            )
+        return Topology.parse(j)
+    if bare and not resource.gpu:
+        on = f"-h {h} has" if h else "the nodes have"
+        raise ComponentError(
+            f"-j {j} counts nodes of one process per GPU, but {on} no GPU; "
+            f"give -j {j}xM (M processes per node), or GPUs with -h or --gpu"
+        )
+    return Topology.parse(j, gpus_per_node=resource.gpu or None)
+
+
+def job_name(name: str | None, derived: str) -> tuple[str, dict[str, str]]:
+    """The job name for ``--name`` (TorchX's ``EXPERIMENT/RUN`` form accepted) and
+    the metadata that records what was asked for.
+
+    ``exp/run`` names the job ``run``; ``exp/`` and ``/`` use ``derived`` (the
+    script's name); ``/run`` is ``run``. A name with characters a job name cannot
+    have (``my run``) has them replaced by ``-``. Whenever the job name differs
+    from ``name``, the metadata carries ``distspec.full_name`` (and
+    ``distspec.experiment`` when there is one), kept in the run's record.
+    """
+    if name is None:
+        return derived, {}
+    experiment, _, run = name.partition("/") if "/" in name else ("", "", name)
+    cleaned = "".join(c if c in NAME_CHARS else "-" for c in run).strip("_.-")
+    job = cleaned or derived
+    meta: dict[str, str] = {}
+    if job != name:
+        meta[FULL_NAME_METADATA] = name
+    if experiment:
+        meta[EXPERIMENT_METADATA] = experiment
+    return job, meta
 
 
 def _torchrun_app(
@@ -216,6 +382,8 @@ def _torchrun_app(
     rdzv_backend: str,
     rdzv_port: int,
     mounts: list[str] | None,
+    bare_j: _BareJ,
+    rdzv_conf: str | None = None,
     debug: bool,
     tee: int,
 ) -> AppDef:
@@ -225,7 +393,7 @@ def _torchrun_app(
             f"give exactly one of --script (a program) and -m (a Python module); {given} was given"
         )
     resource = resource_for(h=h, cpu=cpu, gpu=gpu, mem_mb=mem_mb)
-    topology = Topology.parse(j, gpus_per_node=resource.gpu or None)
+    topology = _topology(j, bare_j, resource, h)
     if resource.gpu and topology.nproc_per_node > resource.gpu:
         raise ComponentError(
             f"-j {j} runs {topology.nproc_per_node} processes per node but each node has "
@@ -242,6 +410,7 @@ def _torchrun_app(
         max_restarts=max_restarts,
         tee=tee,
         role=role_name,
+        rdzv_conf=rdzv_conf,
     )
     role_env = {**(DEBUG_ENV if debug else {}), **(env or {})}
     role = Role(
@@ -258,7 +427,8 @@ def _torchrun_app(
         mounts=_mounts(mounts),
         metadata=frozendict({SCRIPT_METADATA: script} if script else {}),
     )
-    return AppDef(name=name or role_name, roles=(role,))
+    app_name, full_name = job_name(name, role_name)
+    return AppDef(name=app_name, roles=(role,), metadata=frozendict(full_name))
 
 
 def resource_for(

@@ -48,6 +48,7 @@ BUILTIN_COMPONENTS: Mapping[str, str] = FrozenDict(
     {
         "dist.ddp": "distspec.components.dist:ddp",
         "dist.spmd": "distspec.components.dist:spmd",
+        "dist.torchrun": "distspec.components.dist:torchrun",
         "dist.fn": "distspec.components.fn:fn",
         "utils.echo": "distspec.components.utils:echo",
         "utils.sh": "distspec.components.utils:sh",

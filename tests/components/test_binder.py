@@ -212,8 +212,11 @@ def test_script_args_with_and_without_dashdash(
 
 def test_positional_parameter_before_args() -> None:
     comp = load(f"{STYLES}:positional_then_args")
-    app = bind(comp, ["--first", "one", "--flag", "two", "three"])
+    app = bind(comp, ["--first", "one", "--flag", "--", "two", "three"])
     assert args_of(app) == ("one", "two", "three", "True")
+    # a word after a bool flag is its value or an error, never a script argument
+    with pytest.raises(ComponentError, match="'two' is not true or false"):
+        bind(comp, ["--first", "one", "--flag", "two", "three"])
 
 
 # -- argument errors ------------------------------------------------------------

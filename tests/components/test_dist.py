@@ -79,17 +79,24 @@ def test_module_and_script_args() -> None:
     assert role.name == "trainer"
 
 
-def test_named_resource_sets_nodes_and_procs() -> None:
-    app = run("dist.ddp", "-h", "gpu.large", "-j", "2", "--script", "t.py")
+def test_named_resource_sets_the_resource_and_ddp_j_stays_processes() -> None:
+    # TorchX's dist.ddp: a bare -j M is M processes on one node, even on GPU hosts
+    app = run("dist.ddp", "-h", "gpu.xlarge", "-j", "2", "--script", "t.py")
     role = app.roles[0]
-    assert role.num_replicas == 2
-    assert flag(role.args, "--nproc_per_node") == "8"
-    assert (role.resource.cpu, role.resource.gpu, role.resource.mem_mb) == (64, 8, 1024 * 1024)
+    assert role.num_replicas == 1
+    assert flag(role.args, "--nproc_per_node") == "2"
+    assert (role.resource.cpu, role.resource.gpu, role.resource.mem_mb) == (64, 8, 256 * 1024)
+    role = run("dist.ddp", "-j", "2", "--gpu", "8", "--script", "t.py").roles[0]
+    assert (role.num_replicas, flag(role.args, "--nproc_per_node"), role.resource.gpu) == (
+        1,
+        "2",
+        8,
+    )
 
 
 def test_explicit_knobs_override_the_named_resource() -> None:
     role = run(
-        "dist.ddp", "-h", "gpu.large", "--mem_mb", "2048", "--script", "t.py", "-j", "1"
+        "dist.ddp", "-h", "gpu.xlarge", "--mem_mb", "2048", "--script", "t.py", "-j", "1"
     ).roles[0]
     assert (role.resource.cpu, role.resource.gpu, role.resource.mem_mb) == (64, 8, 2048)
 
@@ -101,7 +108,7 @@ def test_plain_resource_defaults() -> None:
 
 def test_more_processes_than_gpus_is_an_error() -> None:
     with pytest.raises(ComponentError, match="runs 16 processes per node but each node has 8 GPU"):
-        run("dist.ddp", "-h", "gpu.large", "-j", "1x16", "--script", "t.py")
+        run("dist.ddp", "-h", "gpu.xlarge", "-j", "1x16", "--script", "t.py")
 
 
 def test_unknown_named_resource() -> None:
@@ -176,11 +183,14 @@ def test_spmd_requires_j() -> None:
 def test_spmd_one_process_per_gpu() -> None:
     role = run("dist.spmd", "--gpu", "4", "-j", "2", "--script", "t.py").roles[0]
     assert role.num_replicas == 2 and flag(role.args, "--nproc_per_node") == "4"
-    role = run("dist.spmd", "-h", "gpu.large", "-j", "1:3", "-m", "p.m").roles[0]
+    role = run("dist.spmd", "-h", "gpu.xlarge", "-j", "1:3", "-m", "p.m").roles[0]
     assert (role.min_replicas, role.num_replicas) == (1, 3)
     assert flag(role.args, "--nnodes") == "1:3"
     assert flag(role.args, "--nproc_per_node") == "8"
-    role = run("dist.spmd", "-j", "4", "--script", "t.py").roles[0]  # no GPUs: one node
+    # no GPUs: a bare N would be N nodes of nothing; refused as TorchX refuses it
+    with pytest.raises(ComponentError, match=r"-j 4 counts nodes .* give -j 4xM"):
+        run("dist.spmd", "-j", "4", "--script", "t.py")
+    role = run("dist.spmd", "-j", "1x4", "--script", "t.py").roles[0]
     assert role.num_replicas == 1 and flag(role.args, "--nproc_per_node") == "4"
 
 

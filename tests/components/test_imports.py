@@ -31,8 +31,8 @@ def test_import_and_bind_ddp_stay_light() -> None:
     body = (
         "loader.builtin_names()\n"
         "app = binder.bind(loader.load('dist.ddp'), "
-        "['-h', 'gpu.large', '-j', '2', '--script', 't.py', '--env', 'A=1'])\n"
-        "assert app.roles[0].num_replicas == 2\n"
+        "['-h', 'gpu.large', '-j', '2', '--script', 't.py', '--env', 'A=1', '--debug', 'true'])\n"
+        "assert app.roles[0].num_replicas == 1\n"
         "binder.bind(loader.load('utils.copy'), ['--src', 'a', '--dst', 'b'])\n"
     )
     assert loaded_after(body) == []

@@ -29,6 +29,7 @@ def test_builtin_names() -> None:
     assert builtin_names() == [
         "dist.ddp",
         "dist.spmd",
+        "dist.torchrun",
         "utils.copy",
         "utils.echo",
         "utils.python",
