@@ -13,15 +13,31 @@ directory), so ``distspec run dist.fn ... --dryrun`` shows what such a job submi
 
 from __future__ import annotations
 
-from distspec.components.dist import _torchrun_app
+from distspec.components.dist import DEBUG_ENV, group_mounts, resource_for
 from distspec.errors import ComponentError
-from distspec.specs.app import NAME_CHARS, AppDef
-from distspec.torchrun import DEFAULT_RDZV_PORT
+from distspec.specs.app import NAME_CHARS, AppDef, Role
+from distspec.specs.frozen import frozendict
+from distspec.specs.topology import Topology
+from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
 
-__all__ = ["WORKER_MODULE", "fn", "format_groups", "job_name", "parse_groups", "worker_args"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from distspec.specs.mounts import Mount
+
+__all__ = [
+    "ROLE",
+    "WORKER_MODULE",
+    "fn",
+    "format_groups",
+    "job_name",
+    "parse_groups",
+    "worker_args",
+]
 
 #: The module every rank of a ``dist.fn`` job runs (``python -m``).
 WORKER_MODULE = "distspec.runtime.call"
+#: The role name of a ``dist.fn`` job (its logs are ``fn-<node>.log``).
+ROLE = "fn"
 
 
 def fn(
@@ -106,27 +122,37 @@ def fn(
         timeout=timeout,
         fn_args=fn_args,
     )
-    app = _torchrun_app(
-        tuple(args),
-        script=None,
-        m=WORKER_MODULE,
-        image=image,
-        name=name or job_name(fn.rpartition(":")[2] if fn else "fn"),
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        mem_mb=mem_mb,
-        j=j,
-        env=env,
-        max_retries=max_retries,
-        max_restarts=0,  # a rerun would overwrite the results the client reads
+    resource = resource_for(h=h, cpu=cpu, gpu=gpu, mem_mb=mem_mb)
+    topology = Topology.parse(j, gpus_per_node=resource.gpu or None)
+    if resource.gpu and topology.nproc_per_node > resource.gpu:
+        raise ComponentError(
+            f"-j {j} runs {topology.nproc_per_node} processes per node but each node has "
+            f"{resource.gpu} GPU(s); run at most {resource.gpu} per node or ask for more GPUs"
+        )
+    targs = torchrun_args(
+        topology,
+        module=WORKER_MODULE,
+        script_args=args,
         rdzv_backend=rdzv_backend,
         rdzv_port=rdzv_port,
-        mounts=mounts,
-        debug=debug,
+        max_restarts=0,  # a restart would run the function again over its results
         tee=tee,
+        role=ROLE,
     )
-    return app
+    role = Role(
+        name=ROLE,
+        image=image,
+        entrypoint=TORCHRUN,
+        args=tuple(targs),
+        env=frozendict({**(DEBUG_ENV if debug else {}), **(env or {})}),
+        num_replicas=topology.nodes,
+        min_replicas=topology.min_nodes,
+        resource=resource,
+        port_map=frozendict({"c10d": rdzv_port} if topology.nodes > 1 else {}),
+        max_retries=max_retries,
+        mounts=_mounts(mounts),
+    )
+    return AppDef(name=name or job_name(fn.rpartition(":")[2] if fn else "fn"), roles=(role,))
 
 
 def worker_args(
@@ -187,3 +213,11 @@ def job_name(text: str) -> str:
     while "--" in cleaned:
         cleaned = cleaned.replace("--", "-")
     return cleaned or "fn"
+
+
+def _mounts(items: list[str] | None) -> tuple[Mount, ...]:
+    if not items:
+        return ()
+    from distspec.specs.mounts import parse_mounts
+
+    return parse_mounts(group_mounts(items))

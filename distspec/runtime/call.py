@@ -26,7 +26,7 @@ File protocol (version 1), each file a cloudpickle of a dict:
     ``{"version": 1, "fn": callable, "args": tuple, "kwargs": dict}``
 ``result-<rank>.pkl``
     ``{"version": 1, "rank", "host", "pid", "time", "ok": True, "value"}`` or
-    ``{..., "ok": False, "phase": "load"|"init"|"call"|"result", "type", "message",
+    ``{..., "ok": False, "phase": "load"|"init"|"call"|"finish"|"result", "type", "message",
     "traceback", "exception": bytes | None}``
 """
 
@@ -275,6 +275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ) as dist:
             phase = "call"
             value = fn(dist, *fn_args, **kwargs) if takes_dist(fn) else fn(*fn_args, **kwargs)
+            # No rank leaves before every rank is done: a fast rank that tears the
+            # group down while a slow one still connects fails the slow one (gloo:
+            # "Connection closed by peer" in connectFullMesh).
+            phase = "finish"
+            if dist.world_size > 1:
+                dist.barrier()
     except BaseException as e:
         if isinstance(e, SystemExit) and not e.code:
             value = None

@@ -1,0 +1,651 @@
+"""Python callables as jobs: :func:`submit`, :class:`Job` and :func:`distributed`.
+
+::
+
+    import distspec
+
+    job = distspec.submit(lambda: 6 * 7, j="1x2")
+    assert job.result() == 42
+
+A callable is compiled through the builtin component ``dist.fn`` and submitted
+with the ordinary :class:`~distspec.runner.Runner`, so ``distspec status``, ``log``
+and ``cancel`` work on its handle like on any other job. The function and its
+arguments are pickled with cloudpickle into the job directory (``call.pkl``); each
+rank runs :mod:`distspec.runtime.call`, which calls
+:func:`distspec.runtime.init` and the function, and writes ``result-<rank>.pkl``
+back. The job directory is:
+
+==============  ==============================================================
+local_cwd       the run directory, ``<state dir>/local_cwd/<app id>``
+slurm, pbs      the job folder under ``job_dir`` on the shared file system
+kubernetes      ``<job_dir>/<app id>``, an fsspec URL (``-cfg job_dir=s3://...``)
+==============  ==============================================================
+
+Where the folder is only known once the scheduler has accepted the job (Slurm
+names it after the job id), ``call.pkl`` is written right after submit and the
+workers wait for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from distspec.errors import CallableError, RemoteError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from distspec.runner import Runner
+    from distspec.schedulers.api import Request
+    from distspec.specs.handles import AppHandle
+    from distspec.specs.state import AppStatus
+
+__all__ = ["DistributedFunction", "Job", "distributed", "submit"]
+
+R = TypeVar("R")
+
+#: How many log lines a "died without a result" error quotes.
+TAIL_LINES = 20
+
+
+class _RemoteTraceback(Exception):
+    """The worker's formatted traceback, chained as ``__cause__`` of a RemoteError so
+    that Python (and a notebook) prints it above the local one."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text.rstrip()}\n"""'
+
+
+# --------------------------------------------------------------------- pickling
+
+
+def _installed(module_file: str) -> bool:
+    """Whether a module file belongs to the interpreter (stdlib or site-packages), so
+    the workers, running the same environment, import it by name."""
+    import site
+    import sysconfig
+
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    roots.add(site.getusersitepackages())
+    path = os.path.realpath(module_file)
+    return any(path.startswith(os.path.realpath(r) + os.sep) for r in roots if r)
+
+
+def _by_value_packages(objs: Sequence[Any]) -> list[Any]:
+    """Top-level packages of ``objs``' modules that are the user's own code (not
+    installed, not distspec): pickled by value, so workers need not import them."""
+    found: dict[str, Any] = {}
+    for obj in objs:
+        name = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+        if not name or name == "__main__" or name.startswith(("distspec.", "builtins")):
+            continue
+        top = name.partition(".")[0]
+        if top in found or top == "distspec":
+            continue
+        module = sys.modules.get(top)
+        file = getattr(module, "__file__", None)
+        if module is None or file is None or _installed(file):
+            continue
+        found[top] = module
+    return list(found.values())
+
+
+def pickle_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
+    """``call.pkl``'s content. Functions and classes of the user's own modules go by
+    value (cloudpickle), installed ones by name.
+
+    Raises:
+        CallableError: the function or an argument cannot be pickled.
+    """
+    import cloudpickle
+
+    from distspec.runtime.call import PROTOCOL_VERSION
+
+    payload = {"version": PROTOCOL_VERSION, "fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
+    packages = _by_value_packages([fn, *args, *kwargs.values()])
+    for package in packages:
+        cloudpickle.register_pickle_by_value(package)
+    try:
+        data: bytes = cloudpickle.dumps(payload)
+    except Exception as e:
+        what = _describe_unpicklable(fn, args, kwargs)
+        raise CallableError(f"cannot send {what} to the job: {type(e).__name__}: {e}") from e
+    finally:
+        for package in packages:
+            cloudpickle.unregister_pickle_by_value(package)
+    return data
+
+
+def _describe_unpicklable(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    import cloudpickle
+
+    def fails(obj: Any) -> bool:
+        try:
+            cloudpickle.dumps(obj)
+        except Exception:
+            return True
+        return False
+
+    if fails(fn):
+        return f"the function {getattr(fn, '__qualname__', fn)!r} (it holds something unpicklable)"
+    for i, arg in enumerate(args):
+        if fails(arg):
+            return f"positional argument {i} ({type(arg).__name__})"
+    for key, value in kwargs.items():
+        if fails(value):
+            return f"keyword argument {key!r} ({type(value).__name__})"
+    return "the call"
+
+
+# --------------------------------------------------------------------- the record
+
+
+def _record_path(runner: Runner, scheduler: str, app_id: str) -> str:
+    safe = app_id.replace("/", "_")
+    return os.path.join(runner.config.state_dir, "callables", scheduler, f"{safe}.json")
+
+
+def _job_dir_after_submit(runner: Runner, request: Request, app_id: str) -> str:
+    """Where the job reads ``call.pkl`` and writes its results, once it is submitted."""
+    sched: Any = runner.scheduler(request.scheduler)
+    if request.scheduler == "local_cwd":
+        return str(sched.run_dir(app_id))
+    if request.scheduler == "kubernetes":
+        return _k8s_job_dir(request)
+    record = getattr(sched, "_record", None)
+    if record is not None:  # Slurm, PBS: the job folder their own record names
+        rec = record(app_id)
+        if rec is not None:
+            return str(rec.folder)
+    raise CallableError(
+        f"{request.scheduler}: cannot tell where job {app_id} keeps its files; Python "
+        "callables run on local_cwd, slurm, pbs and kubernetes"
+    )
+
+
+def _k8s_job_dir(request: Request) -> str:
+    job_dir = getattr(request.options, "job_dir", None)
+    if not job_dir:
+        raise CallableError(
+            "kubernetes: a Python callable needs a job directory the pods and this machine "
+            "both reach: cfg={'job_dir': 's3://bucket/prefix'} (any fsspec URL)"
+        )
+    return f"{str(job_dir).rstrip('/')}/{request.app_id}"
+
+
+# --------------------------------------------------------------------- Job
+
+
+class Job:
+    """A submitted callable: a future for its ranks' return values.
+
+    ``handle`` is an ordinary distspec handle (``distspec status HANDLE`` works on it);
+    :meth:`from_handle` re-attaches to it from another process.
+    """
+
+    def __init__(
+        self,
+        handle: str,
+        *,
+        job_dir: str,
+        nodes: int,
+        nproc_per_node: int,
+        role: str,
+        runner: Runner | None = None,
+    ) -> None:
+        self.handle = handle
+        self.job_dir = job_dir
+        self.nodes = nodes
+        self.nproc_per_node = nproc_per_node
+        self.role = role
+        self._runner = runner
+        self._status: AppStatus | None = None
+
+    def __repr__(self) -> str:
+        return f"Job({self.handle!r})"
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            from distspec.runner import Runner
+
+            self._runner = Runner(session=self.handle.partition("://")[2].partition("/")[0])
+        return self._runner
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    # -- re-attaching --------------------------------------------------------------
+
+    def _record(self) -> dict[str, Any]:
+        return {
+            "handle": self.handle,
+            "job_dir": self.job_dir,
+            "nodes": self.nodes,
+            "nproc_per_node": self.nproc_per_node,
+            "role": self.role,
+        }
+
+    @classmethod
+    def from_handle(cls, handle: AppHandle | str, *, runner: Runner | None = None) -> Job:
+        """The Job of a callable submitted earlier, from this or another process.
+
+        Raises:
+            HandleError: a malformed handle.
+            CallableError: no callable was submitted under this handle from this state
+                directory.
+        """
+        from distspec.specs.handles import AppHandle
+
+        h = AppHandle.parse(handle) if isinstance(handle, str) else handle
+        if runner is None:
+            from distspec.runner import Runner
+
+            runner = Runner(session=h.session)
+        path = _record_path(runner, h.scheduler, h.app_id)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise CallableError(
+                f"{h.format()}: no callable was submitted under this handle from state dir "
+                f"{runner.config.state_dir}"
+            ) from None
+        return cls(
+            h.format(),
+            job_dir=data["job_dir"],
+            nodes=int(data["nodes"]),
+            nproc_per_node=int(data["nproc_per_node"]),
+            role=str(data["role"]),
+            runner=runner,
+        )
+
+    # -- following -----------------------------------------------------------------
+
+    def status(self) -> AppStatus:
+        """The job's current status (as ``distspec status`` shows it)."""
+        self._status = self.runner.status(self.handle)
+        return self._status
+
+    def done(self) -> bool:
+        """Whether the job has ended (succeeded, failed or cancelled)."""
+        if self._status is not None and self._status.is_terminal:
+            return True
+        return self.status().is_terminal
+
+    def wait(self, timeout: float | None = None) -> AppStatus:
+        """Block until the job ends, or ``timeout`` seconds; returns its status.
+
+        Ctrl-C (KeyboardInterrupt) while waiting cancels the job, then is re-raised.
+        """
+        if self._status is not None and self._status.is_terminal:
+            return self._status
+        try:
+            status = self.runner.wait(self.handle, timeout=timeout)
+        except KeyboardInterrupt:
+            print(f"distspec: cancelling {self.handle}", file=sys.stderr)
+            self.cancel()
+            raise
+        self._status = status
+        return status
+
+    def cancel(self) -> None:
+        """Stop every rank (nothing of the job is left running once this returns on
+        local_cwd; batch schedulers and Kubernetes stop it asynchronously)."""
+        status = self._status if self._status is not None else None
+        if status is not None and status.is_terminal:
+            return
+        self.runner.cancel(self.handle)
+        self._status = None
+
+    def logs(self, rank: int | None = None, *, tail: int | None = None) -> str:
+        """The job's log text; with ``rank``, only that rank's lines (torchrun prefixes
+        each worker line with ``[rank<N>]:``) and the lines of its node
+        that belong to no rank."""
+        if rank is not None and not 0 <= rank < self.world_size:
+            raise UsageError(f"rank {rank} is not in 0..{self.world_size - 1}")
+        replica = None if rank is None else rank // self.nproc_per_node
+        lines = []
+        for line in self.runner.log_lines(self.handle, self.role, replica):
+            if rank is not None:
+                # Newer Runners parse the rank out of each line; else read the prefix.
+                known = getattr(line, "rank", None)
+                if known is not None and known != rank:
+                    continue
+                if known is None and not _line_of_rank(
+                    line.text, self.role, rank, rank % self.nproc_per_node
+                ):
+                    continue
+            lines.append(line.text)
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        return "".join(f"{text}\n" for text in lines)
+
+    # -- results -------------------------------------------------------------------
+
+    def _read(self, rank: int) -> dict[str, Any] | None:
+        import cloudpickle
+
+        from distspec.runtime.call import join, read_bytes, result_file
+
+        try:
+            data = read_bytes(join(self.job_dir, result_file(rank)))
+        except FileNotFoundError:
+            return None
+        record: dict[str, Any] = cloudpickle.loads(data)
+        return record
+
+    def _finished(self, timeout: float | None) -> AppStatus:
+        status = self.wait(timeout)
+        if not status.is_terminal:
+            raise TimeoutError(f"{self.handle} is still {status.state.value} after {timeout} s")
+        return status
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Rank 0's return value, once the job has ended.
+
+        Raises:
+            RemoteError: a rank raised (the earliest failure: its type name, message,
+                rank, host and traceback), or died without a result (its exit code and
+                last log lines), or the job was cancelled.
+            TimeoutError: the job had not ended after ``timeout`` seconds.
+        """
+        from distspec.specs.state import AppState
+
+        status = self._finished(timeout)
+        if status.state is AppState.SUCCEEDED:
+            record = self._read(0)
+            if record is not None and record["ok"]:
+                return record["value"]
+        return self._values(status)[0]
+
+    def results(self, timeout: float | None = None) -> list[Any]:
+        """Every rank's return value, in rank order; raises as :meth:`result`."""
+        return self._values(self._finished(timeout))
+
+    def exception(self, timeout: float | None = None) -> RemoteError | None:
+        """The RemoteError :meth:`results` would raise, or None."""
+        try:
+            self.results(timeout)
+        except RemoteError as e:
+            return e
+        return None
+
+    def _values(self, status: AppStatus) -> list[Any]:
+        from distspec.specs.state import AppState
+
+        records = [self._read(rank) for rank in range(self.world_size)]
+        errors = [r for r in records if r is not None and not r["ok"]]
+        if errors:
+            # The root cause: a rank's own failure before one caused by a peer's
+            # (in init or the final barrier), then the earliest.
+            first = min(errors, key=lambda r: (r["phase"] in ("init", "finish"), float(r["time"])))
+            raise _remote_error(first, self.handle)
+        missing = [rank for rank, r in enumerate(records) if r is None]
+        if not missing:
+            return [r["value"] for r in records if r is not None]
+        if status.state is AppState.CANCELLED:
+            raise RemoteError(f"{self.handle} was cancelled", rank=missing[0])
+        raise self._died(status, missing)
+
+    def _died(self, status: AppStatus, missing: list[int]) -> RemoteError:
+        from distspec.specs.state import AppState
+
+        rank = missing[0]
+        failed = status.first_failure()
+        if status.state is AppState.SUCCEEDED or failed is None:
+            return RemoteError(
+                f"{self.handle} ended {status.state.value} but rank {rank} wrote no result to "
+                f"{self.job_dir}: the workers cannot reach this job directory, or it was "
+                "cleared",
+                rank=rank,
+            )
+        node = failed.id
+        first = node * self.nproc_per_node
+        if not first <= rank < first + self.nproc_per_node:
+            on_node = [r for r in missing if first <= r < first + self.nproc_per_node]
+            rank = on_node[0] if on_node else rank
+        try:
+            text = "".join(
+                f"{line.text}\n"
+                for line in self.runner.log_lines(self.handle, failed.role, node, tail=TAIL_LINES)
+            )
+        except Exception as e:  # the logs are a courtesy; the exit code is the news
+            text = f"(could not read the log: {e})\n"
+        code = failed.exit_code
+        reason = f" ({failed.reason})" if failed.reason else ""
+        where = f" on {failed.hostname}" if failed.hostname else ""
+        err = RemoteError(
+            f"rank {rank}{where} died without a result: its node ({failed.role}/{node}) "
+            f"exited with {code if code is not None else 'an unknown code'}{reason}; "
+            f"last lines:\n{text}",
+            rank=rank,
+            host=failed.hostname or "",
+            remote_traceback=text,
+            exit_code=code,
+        )
+        return err
+
+
+def _line_of_rank(text: str, role: str, rank: int, local_rank: int) -> bool:
+    """Whether a torchrun ``--tee`` line belongs to ``rank``: torchrun prefixes each
+    worker line with ``[rank<global rank>]:`` (``[<role><local rank>]:`` in older
+    versions); lines without such a prefix (torchrun's own) belong to every rank."""
+    if not text.startswith("["):
+        return True
+    label, sep, _ = text[1:].partition("]:")
+    if not sep:
+        return True
+    for name, number in (("rank", rank), (role, local_rank)):
+        if label.startswith(name) and label[len(name) :].isdigit():
+            return int(label[len(name) :]) == number
+    return True
+
+
+def _remote_error(record: Mapping[str, Any], handle: str) -> RemoteError:
+    exception = None
+    if record.get("exception"):
+        try:
+            import cloudpickle
+
+            exception = cloudpickle.loads(record["exception"])
+        except Exception:
+            exception = None
+    phase = {
+        "load": " while loading the function",
+        "init": " while initialising the process group",
+        "finish": " in the final barrier (another rank failed?)",
+        "result": " while sending its result",
+    }.get(str(record.get("phase")), "")
+    err = RemoteError(
+        f"rank {record['rank']} on {record['host']} raised {record['type']}{phase}: "
+        f"{record['message']} ({handle})",
+        type_name=str(record["type"]),
+        remote_message=str(record["message"]),
+        rank=int(record["rank"]),
+        host=str(record["host"]),
+        remote_traceback=str(record["traceback"]),
+        exception=exception,
+    )
+    err.__cause__ = _RemoteTraceback(str(record["traceback"]))
+    return err
+
+
+# --------------------------------------------------------------------- submit
+
+
+def submit(
+    fn: Callable[..., Any],
+    /,
+    *args: Any,
+    j: str = "1x2",
+    scheduler: str | None = None,
+    cfg: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    groups: Sequence[Sequence[int]] = (),
+    timeout: float | None = None,
+    backend: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    runner: Runner | None = None,
+    **kwargs: Any,
+) -> Job:
+    """Run ``fn(*args, **kwargs)`` on every rank of a new job; returns at once.
+
+    Each rank calls :func:`distspec.runtime.init` first (``seed``, ``groups``,
+    ``timeout``, ``backend``) and passes the resulting ``Dist`` as the first argument
+    when ``fn``'s first parameter is annotated ``Dist``; otherwise
+    ``distspec.runtime.current()`` returns it inside ``fn``.
+
+    Args:
+        fn: the function; a lambda, closure or function of ``__main__`` or of the
+            user's own modules travels by value, an installed package's by name.
+        args: its positional arguments (pickled with cloudpickle).
+        j: the topology ``NxM``: N nodes of M processes.
+        scheduler: local_cwd, slurm, pbs or kubernetes; the configured default
+            (local_cwd unless configured) when None.
+        cfg: the scheduler's run options, as ``-cfg`` takes them (kubernetes needs
+            ``job_dir``, an fsspec URL both this machine and the pods reach).
+        seed: seed Python, NumPy and torch on every rank before the call.
+        groups: process subgroups, e.g. ``[[0, 2], [1, 3]]`` (``dist.group`` is the
+            caller's).
+        timeout: the process group's timeout in seconds (the runtime's default 1800).
+        backend: the process group backend (nccl, gloo, ...); chosen for the device
+            when None.
+        options: any other ``dist.fn`` parameter: ``name``, ``image``, ``h``, ``cpu``,
+            ``gpu``, ``mem_mb``, ``env``, ``max_retries``, ``seed_per_rank``,
+            ``debug``, ``rdzv_backend``, ``rdzv_port``, ``mounts``, ``tee``.
+        runner: the Runner to submit with (a new one with the user's config when None).
+        kwargs: the function's keyword arguments.
+
+    Raises:
+        CallableError: ``fn`` or an argument cannot be pickled, or the job directory
+            cannot be written (nothing is left running).
+        UsageError: a bad topology, scheduler, option or component parameter.
+    """
+    if not callable(fn):
+        raise CallableError(f"submit() needs a callable, got {type(fn).__name__}")
+    from distspec.components.fn import fn as fn_component
+    from distspec.components.fn import format_groups, job_name
+
+    payload = pickle_call(fn, args, kwargs)
+    if runner is None:
+        from distspec.runner import Runner
+
+        runner = Runner()
+    scheduler = scheduler or runner.config.scheduler
+    params: dict[str, Any] = dict(options or {})
+    params.setdefault("name", job_name(getattr(fn, "__name__", "fn")))
+    app = fn_component(
+        j=j,
+        seed=seed,
+        groups=format_groups([list(g) for g in groups]) if groups else None,
+        timeout=timeout,
+        backend=backend,
+        **params,
+    )
+    request = runner.dryrun(app, scheduler, cfg)
+    role = app.roles[0]
+    from distspec.specs.topology import Topology
+
+    topology = Topology.parse(j, gpus_per_node=role.resource.gpu or None)
+    early_dir = None
+    if scheduler == "kubernetes":
+        # Written before submit: a failure leaves nothing behind.
+        early_dir = _k8s_job_dir(request)
+        _write_payload(early_dir, payload)
+    handle = runner.submit(request)
+    try:
+        job_dir = early_dir or _job_dir_after_submit(runner, request, handle.app_id)
+        if early_dir is None:
+            _write_payload(job_dir, payload)
+        job = Job(
+            handle.format(),
+            job_dir=job_dir,
+            nodes=topology.nodes,
+            nproc_per_node=topology.nproc_per_node,
+            role=role.name,
+            runner=runner,
+        )
+        path = _record_path(runner, handle.scheduler, handle.app_id)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(job._record(), f)
+    except BaseException:
+        runner.cancel(handle)
+        raise
+    return job
+
+
+def _write_payload(job_dir: str, payload: bytes) -> None:
+    from distspec.runtime.call import CALL_FILE, join, write_bytes
+
+    try:
+        if "://" not in job_dir:
+            os.makedirs(job_dir, exist_ok=True)
+        write_bytes(join(job_dir, CALL_FILE), payload)
+    except Exception as e:
+        raise CallableError(
+            f"cannot write the function to the job directory {job_dir}: {type(e).__name__}: {e}"
+        ) from e
+
+
+# --------------------------------------------------------------------- decorator
+
+
+class DistributedFunction:
+    """A function wrapped by :func:`distributed`: calling it runs it as a job and
+    returns rank 0's result; :meth:`submit` returns the :class:`Job` instead."""
+
+    def __init__(self, fn: Callable[..., Any], settings: Mapping[str, Any]) -> None:
+        self.fn = fn
+        self.settings = dict(settings)
+        functools.update_wrapper(self, fn)
+
+    def submit(self, *args: Any, **kwargs: Any) -> Job:
+        return submit(self.fn, *args, **self.settings, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.submit(*args, **kwargs).result()
+
+
+def distributed(
+    *,
+    j: str = "1x2",
+    scheduler: str | None = None,
+    cfg: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    groups: Sequence[Sequence[int]] = (),
+    timeout: float | None = None,
+    backend: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    runner: Runner | None = None,
+) -> Callable[[Callable[..., Any]], DistributedFunction]:
+    """Decorator: ``@distributed(j="2x4", scheduler="slurm")``; the arguments are
+    :func:`submit`'s. Calling the decorated function submits it and returns rank 0's
+    result; ``.submit(*args)`` returns the :class:`Job`."""
+    settings = {
+        "j": j,
+        "scheduler": scheduler,
+        "cfg": cfg,
+        "seed": seed,
+        "groups": groups,
+        "timeout": timeout,
+        "backend": backend,
+        "options": options,
+        "runner": runner,
+    }
+
+    def wrap(fn: Callable[..., Any]) -> DistributedFunction:
+        return DistributedFunction(fn, settings)
+
+    return wrap
