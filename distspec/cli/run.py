@@ -319,16 +319,6 @@ def _detach(runner: Runner, handle: AppHandle, *, second_chance: bool) -> None:
         raise
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
 def _where(status: AppStatus) -> list[str]:
     lines = []
     if status.location:
@@ -345,10 +335,11 @@ def exit_code(runner: Runner, handle: AppHandle, status: AppStatus) -> int:
     """0 on success; the failing replica's code (or 1) otherwise. Either way, says on
     stderr how long it took, how it ended, where its files are and what to run next;
     on failure also who failed (rank, host, exit code or signal) and its traceback."""
+    from distspec.cli.status import duration_text
     from distspec.specs.state import AppState
 
     err = sys.stderr
-    took = _duration(status.duration)
+    took = duration_text(status.duration)
     if status.state is AppState.SUCCEEDED:
         print(f"distspec: {handle} SUCCEEDED in {took}", file=err)
         for line in _where(status):

@@ -1,15 +1,51 @@
-"""``distspec status HANDLE`` (one line) and ``distspec describe HANDLE`` (every replica)."""
+"""``distspec status HANDLE`` (one line) and ``distspec describe HANDLE`` (every replica).
+
+Exit codes: 0 when the app could be described; 2 when the handle is malformed or the
+scheduler does not know the app. With ``--exit-status`` the code tells the app's
+state instead, for shell scripts: see :data:`STATE_EXIT_CODES`.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from distspec.specs.state import AppStatus
+
+#: ``--exit-status``: the exit code for each state (2 stays "no such app / usage").
+STATE_EXIT_CODES = {
+    "SUCCEEDED": 0,
+    "FAILED": 1,
+    "CANCELLED": 3,
+    "UNSUBMITTED": 4,
+    "SUBMITTED": 4,
+    "PENDING": 4,
+    "RUNNING": 4,
+    "UNKNOWN": 5,
+}
+
+EPILOG = """\
+exit codes: 0 described; 2 malformed handle or unknown app. With --exit-status:
+0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 not ended yet (SUBMITTED, PENDING, RUNNING),
+5 UNKNOWN, 2 unknown app, e.g.
+
+  distspec status --exit-status "$H" >/dev/null || echo "job $H did not succeed"
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     from distspec.cli._shared import add_handle
 
+    parser.epilog = EPILOG
     add_handle(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--exit-status",
+        action="store_true",
+        help="exit with a code for the app's state (0 succeeded, 1 failed, 3 cancelled, "
+        "4 not ended, 5 unknown)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -21,6 +57,63 @@ def main(args: argparse.Namespace) -> int:
     elif args.verb == "status":
         print(status.state.value + (f": {status.msg}" if status.msg else ""))
     else:
-        print(f"handle: {args.handle}")
-        print(status.format())
-    return 0
+        print(describe_text(args.handle, status))
+    return STATE_EXIT_CODES.get(status.state.value, 5) if args.exit_status else 0
+
+
+def _time(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+
+
+def duration_text(seconds: float | None) -> str:
+    """``12.3s``, ``4m05s``, ``2h03m07s``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def describe_text(handle: str, status: AppStatus) -> str:
+    """What ``describe`` prints: the app, then each role's command and replicas."""
+    lines = [f"handle:     {handle}"]
+    lines.append(f"state:      {status.state.value}" + (f" ({status.msg})" if status.msg else ""))
+    if status.native_id:
+        label = "supervisor" if handle.startswith("local_cwd://") else "scheduler id"
+        lines.append(f"{label + ':':<11} {status.native_id}")
+    if status.submitted is not None or status.started is not None:
+        lines.append(f"submitted:  {_time(status.submitted)}")
+        lines.append(f"started:    {_time(status.started)}")
+        lines.append(f"ended:      {_time(status.ended)}")
+        running = "" if status.ended is not None or status.started is None else " (so far)"
+        lines.append(f"duration:   {duration_text(status.duration)}{running}")
+    if status.location:
+        lines.append(f"run dir:    {status.location}")
+    if status.num_restarts:
+        lines.append(f"restarts:   {status.num_restarts}")
+    if status.ui_url:
+        lines.append(f"ui:         {status.ui_url}")
+    for role in status.roles:
+        lines.append(f"role {role.role}:")
+        if role.command:
+            lines.append(f"  command: {role.command}")
+        for r in role.replicas:
+            bits = [f"  {role.role}/{r.id}: {r.state.value}"]
+            if r.hostname:
+                bits.append(f"host={r.hostname}")
+            if r.exit_code is not None:
+                bits.append(f"exit={r.exit_code}")
+            if r.restarts:
+                bits.append(f"restarts={r.restarts}")
+            if r.reason:
+                bits.append(f"reason={r.reason}")
+            lines.append(" ".join(bits))
+            if r.log:
+                lines.append(f"    log: {r.log}")
+    return "\n".join(lines)

@@ -296,7 +296,15 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         ):
             state, msg = AppState.CANCELLED, "being deleted"
         restarts = sum(r.restarts for rs in roles for r in rs.replicas)
-        return AppStatus(state=state, msg=msg, num_restarts=restarts, roles=tuple(roles))
+        created = [_parse_time(_created(o)) for o in ([owner] if owner else jobs) if _created(o)]
+        return AppStatus(
+            state=state,
+            msg=msg,
+            num_restarts=restarts,
+            roles=tuple(roles),
+            submitted=min(created) if created else None,
+            native_id=f"{ns}/{kid}",
+        )
 
     # -- logs ------------------------------------------------------------------
 
