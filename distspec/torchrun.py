@@ -60,6 +60,8 @@ def torchrun_args(
     max_restarts: int = 0,
     tee: int | None = None,
     role: str | None = None,
+    no_python: bool = False,
+    standalone: bool = False,
     rdzv_conf: str | None = None,
 ) -> list[str]:
     """The arguments that follow :data:`TORCHRUN` to run ``script`` or ``module``.
@@ -79,13 +81,20 @@ def torchrun_args(
         max_restarts: how often torchrun restarts the node's workers before failing.
         tee: torchrun's ``--tee``: 0 none, 1 stdout, 2 stderr, 3 both; None omits it.
         role: torchrun's ``--role`` label for the workers; None omits it.
+        no_python: torchrun's ``--no-python``: ``script`` is a program run as is
+            (``python train.py`` or a binary), not a file handed to Python. Used by
+            ``distspec launch``, whose command may be anything.
+        standalone: a one-node job as torchrun's ``--standalone`` (c10d on a free
+            local port with a random id; the same as the explicit form, spelled as
+            users type it). Only for one node; ``rdzv_*`` are then unused.
         rdzv_conf: torchrun's ``--rdzv_conf``, ``KEY=VALUE[,KEY=VALUE...]``
             (``join_timeout=600,timeout=900``), passed on single- and multi-node
             jobs alike; None or empty omits it.
 
     Raises:
         ComponentError: not exactly one of script and module, an unknown rendezvous
-            backend, a port out of range, or an elastic static rendezvous.
+            backend, a port out of range, an elastic static rendezvous, ``no_python``
+            with a module, or ``standalone`` with more than one node.
     """
     if (script is None) == (module is None):
         raise ComponentError("give exactly one of --script and -m (a script or a module to run)")
@@ -102,10 +111,17 @@ def torchrun_args(
             f"--tee must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both), got {tee}"
         )
 
+    if no_python and module is not None:
+        raise ComponentError("--no-python runs a program; it cannot run a module (-m)")
+    if standalone and (topology.nodes != 1 or topology.elastic):
+        raise ComponentError(f"torchrun --standalone runs one node, not -j {topology}")
+
     if rdzv_conf:
         check_rdzv_conf(rdzv_conf)
     args = ["--nnodes", topology.nnodes_arg, "--nproc_per_node", str(topology.nproc_per_node)]
-    if topology.nodes == 1:
+    if standalone:
+        args.insert(0, "--standalone")
+    elif topology.nodes == 1:
         args += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--rdzv_id", rdzv_id]
     else:
         if rdzv_backend == "static" and topology.elastic:
@@ -130,6 +146,8 @@ def torchrun_args(
         args += ["--tee", str(tee)]
     if role is not None:
         args += ["--role", role]
+    if no_python:
+        args.append("--no-python")
     if module is not None:
         args += ["-m", module]
     else:

@@ -30,6 +30,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "cancel": ("distspec.cli.cancel", "stop an app"),
     "list": ("distspec.cli.list", "list apps a scheduler knows"),
     "configure": ("distspec.cli.configure", "write a commented config with every run option"),
+    "launch": (
+        "distspec.cli.launch",
+        "run a command on every host of the allocation you are in (Slurm, PBS, local)",
+    ),
 }
 
 DESCRIPTION = """\

@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TextIO
 
 from distspec.errors import RuntimeEnvError, UsageError
 from distspec.runtime.hosts import (
@@ -103,16 +104,16 @@ class Method(str, enum.Enum):
 #: Lines ``--filter-common`` drops: messages of the launchers themselves that say
 #: nothing about the job (each a regex searched anywhere in the line).
 DEFAULT_FILTERS: tuple[str, ...] = (
-    # torchrun on hosts without reverse DNS (every node of the local cluster).
+    # torch's c10d on hosts without reverse DNS (every node of the local cluster).
     r"hostname of the client socket cannot be retrieved",
-    # torchrun's banner when it sets OMP_NUM_THREADS for its workers.
-    r"^\*{20,}$",
+    # torchrun's OMP_NUM_THREADS banner: a line of stars, the message, an empty line.
+    r"\*{20,}\s*$",
     r"Setting OMP_NUM_THREADS environment variable for each process",
+    r"torch/distributed/run\.py:\d+\]\s*$",
     # gloo's per-rank connection chatter.
     r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks",
-    # srun's job-step banners when a step has to wait for resources.
-    r"^srun: (Job|Step) \S+ step creation temporarily disabled",
-    r"^srun: (Job|Step) \S+ step creation still disabled",
+    # srun's notes while a step waits for resources.
+    r"^srun: (Job|Step) \S+ step creation (temporarily|still) disabled",
 )
 
 
@@ -232,20 +233,21 @@ def find_allocation(
 ) -> Allocation:
     """Where ``launch`` runs, from ``environ`` (and the hostfile, if any).
 
-    A PBS job (``PBS_JOBID``) wins over the Slurm allocation Slurm's PBS wrappers
-    also create; ``--hostfile`` replaces ``$PBS_NODEFILE`` there, and outside
-    any PBS job makes a :attr:`Where.HOSTFILE` allocation.
+    ``--hostfile``, or a PBS job (``PBS_JOBID``) with ``$PBS_NODEFILE``, reads its
+    hosts from that file (outside a PBS job: :attr:`Where.HOSTFILE`); else a Slurm
+    job (``SLURM_JOB_ID``) reads ``SLURM_JOB_NODELIST``; a PBS job with neither a
+    nodefile nor Slurm variables is an error; nothing at all is local.
 
     Raises:
         RuntimeEnvError: a PBS job without a readable hostfile (the message names
             ``PBS_NODEFILE`` and ``--hostfile``), or malformed Slurm variables.
     """
     pbs_job = environ.get("PBS_JOBID") or None
-    if pbs_job or hostfile:
-        path = hostfile or environ.get("PBS_NODEFILE") or None
+    slurm_job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or None
+    nodefile = environ.get("PBS_NODEFILE") or None
+    if hostfile or (pbs_job and (nodefile or not slurm_job)):
+        path = hostfile or nodefile
         if path is None:
-            # Slurm's PBS wrappers (slurm-wlm-torque) never set it; their
-            # generate_pbs_nodefile writes one.
             raise RuntimeEnvError(
                 f"PBS job {pbs_job} has no PBS_NODEFILE: pass --hostfile FILE (one host "
                 "per line; under Slurm's PBS wrappers `generate_pbs_nodefile` writes one)"
@@ -253,16 +255,21 @@ def find_allocation(
         source = "--hostfile" if hostfile else "PBS_NODEFILE"
         slots = _read_hosts(path, source, read_hostfile)
         hosts = unique_hosts(slots)
+        # A host listed K > 1 times was given K MPI slots (PBS Pro's mpiprocs, Torque's
+        # ppn); once is PBS Pro's default and says nothing, so GPUs decide then.
+        per_host = min(slots.count(h) for h in hosts)
         return Allocation(
             where=Where.PBS if pbs_job else Where.HOSTFILE,
             job_id=pbs_job,
             hosts=tuple(hosts),
-            slots_per_host=min(slots.count(h) for h in hosts),
+            slots_per_host=per_host if per_host > 1 else None,
             gpus_per_host=_gpus(environ, "NGPUS"),
             cpus_per_host=_int(environ, "NCPUS"),
             hostfile=path,
         )
-    slurm_job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or None
+    # Slurm's spank_pbs plugin sets PBS_JOBID (and no PBS_NODEFILE) in every Slurm
+    # job, and Slurm's PBS wrappers (slurm-wlm-torque) run qsub jobs as Slurm jobs:
+    # without a nodefile these are Slurm allocations.
     if slurm_job:
         nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
         if not nodelist:
@@ -378,7 +385,7 @@ def plan_launch(
     nnodes: int | None = None,
     nproc_per_node: int | None = None,
     hostfile: str | None = None,
-    launcher: Launcher = Launcher.AUTO,
+    launcher: Launcher | str = Launcher.AUTO,
     python: str | None = None,
     torchrun: str | None = None,
     which: Callable[[str], str | None] | None = None,
@@ -407,6 +414,11 @@ def plan_launch(
             numbers), a launcher that cannot run here, an empty command.
         RuntimeEnvError: an unreadable hostfile or malformed allocation variables.
     """
+    try:
+        launcher = Launcher(launcher)
+    except ValueError:
+        choices = ", ".join(m.value for m in Launcher)
+        raise UsageError(f"unknown launcher {launcher!r}; use one of {choices}") from None
     python = python or sys.executable
     torchrun = torchrun or default_torchrun(python)
     which = which or _which_in(environ)
@@ -625,17 +637,15 @@ def run_plan(
     return 128 - code if code < 0 else code
 
 
-def _copy_lines(source: object, sink: object, patterns: Sequence[re.Pattern[str]]) -> None:
-    """Copy ``source`` to ``sink`` line by line, without the lines a pattern matches."""
-    raw = source  # a binary pipe: decode leniently, a stray byte must not stop the copy
-    out = getattr(sink, "buffer", None)
-    for line in iter(raw.readline, b""):  # type: ignore[attr-defined]
+def _copy_lines(source: IO[bytes], sink: TextIO, patterns: Sequence[re.Pattern[str]]) -> None:
+    """Copy ``source`` to ``sink`` line by line, without the lines a pattern matches.
+
+    Bytes go through unchanged (decoded leniently only to match): a stray byte in a
+    child's output must not stop the copy.
+    """
+    for line in iter(source.readline, b""):
         text = line.decode(errors="replace").rstrip("\r\n")
         if any(p.search(text) for p in patterns):
             continue
-        if out is not None:
-            out.write(line)
-            out.flush()
-        else:  # pragma: no cover - a sink without a binary buffer (tests' StringIO)
-            sink.write(line.decode(errors="replace"))  # type: ignore[attr-defined]
-            sink.flush()  # type: ignore[attr-defined]
+        sink.buffer.write(line)
+        sink.buffer.flush()
