@@ -228,7 +228,10 @@ def init(
     """
     import torch
 
-    env = env if env is not None else detect()
+    if env is None:
+        # A nested init() (a library inside an initialised script) keeps the outer view:
+        # the variables the outer one exported would otherwise read as a hand-set launcher.
+        env = _ACTIVE[-1].env if _ACTIVE else detect()
     spec = _degrees(degrees, env.world_size)
     subgroups = _check_groups(groups, env.world_size)
     if spec is not None and groups is None:

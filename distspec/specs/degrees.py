@@ -130,12 +130,12 @@ class Degrees:
             raise SpecError(
                 f"unknown parallel dimension(s) {', '.join(unknown)}; use {', '.join(DIMS)}"
             )
-        return cls(
-            pp=values.get("pp") or 1,
-            dp=values.get("dp"),
-            cp=values.get("cp") or 1,
-            tp=values.get("tp") or 1,
-        )
+
+        def get(dim: str) -> int:
+            value = values.get(dim)
+            return 1 if value is None else value
+
+        return cls(pp=get("pp"), dp=values.get("dp"), cp=get("cp"), tp=get("tp"))
 
     def _describe_mp(self) -> str:
         parts = [f"{d}={getattr(self, d)}" for d in ("pp", "cp", "tp") if getattr(self, d) != 1]
