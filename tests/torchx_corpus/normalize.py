@@ -8,6 +8,7 @@ beyond the standard library, so both interpreters can load it.
 A role becomes::
 
     {"nodes": N, "min_nodes": N, "cpu": C, "gpu": G, "mem_mb": M,
+     "devices": {"vpc.amazonaws.com/efa": 4}, "capabilities": {...},
      "env": {user variables}, "debug": bool,
      "torchrun": {"nnodes": "1:2", "nproc_per_node": 4, "rdzv_backend": "c10d",
                   "rdzv_conf": "...", "tee": "3", "program": ["train.py", "--lr", "1"]}
@@ -125,6 +126,8 @@ def normalize(app: Any) -> list[dict[str, Any]]:
             "cpu": role.resource.cpu,
             "gpu": role.resource.gpu,
             "mem_mb": role.resource.mem_mb,
+            "devices": dict(sorted(role.resource.devices.items())),
+            "capabilities": dict(sorted(role.resource.capabilities.items())),
             "env": {k: v for k, v in sorted(env.items()) if k not in BOOKKEEPING | DEBUG_VARS},
             "debug": env.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL",
         }
