@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from distspec.errors import ComponentError
+from distspec.errors import ComponentError, SpecError
 from distspec.specs.app import NAME_CHARS, SCRIPT_METADATA, AppDef, Resource, Role
 from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.topology import Topology
@@ -72,6 +72,9 @@ def ddp(
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
 ) -> AppDef:
     """Distributed data parallel: torchrun on each of N nodes, M processes per node.
 
@@ -117,6 +120,11 @@ def ddp(
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
         tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+        tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
+            (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
+            ``distspec.runtime.init()`` builds a DeviceMesh from them.
+        pp: pipeline-parallel degree (see --tp).
+        cp: context-parallel degree (see --tp).
     """
     return _torchrun_app(
         script_args,
@@ -139,6 +147,9 @@ def ddp(
         mounts=mounts,
         debug=debug,
         tee=tee,
+        tp=tp,
+        pp=pp,
+        cp=cp,
     )
 
 
@@ -162,6 +173,9 @@ def spmd(
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
 ) -> AppDef:
     """Single program, multiple data: one process per GPU on every node.
 
@@ -204,6 +218,11 @@ def spmd(
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
         tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+        tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
+            (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
+            ``distspec.runtime.init()`` builds a DeviceMesh from them.
+        pp: pipeline-parallel degree (see --tp).
+        cp: context-parallel degree (see --tp).
     """
     return _torchrun_app(
         script_args,
@@ -226,6 +245,9 @@ def spmd(
         mounts=mounts,
         debug=debug,
         tee=tee,
+        tp=tp,
+        pp=pp,
+        cp=cp,
     )
 
 
@@ -249,6 +271,9 @@ def torchrun(
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
 ) -> AppDef:
     """torchrun on each node: TorchX's dist.torchrun (its newer name for dist.ddp).
 
@@ -290,6 +315,11 @@ def torchrun(
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
         tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+        tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
+            (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
+            ``distspec.runtime.init()`` builds a DeviceMesh from them.
+        pp: pipeline-parallel degree (see --tp).
+        cp: context-parallel degree (see --tp).
     """
     return _torchrun_app(
         script_args,
@@ -312,6 +342,9 @@ def torchrun(
         mounts=mounts,
         debug=debug,
         tee=tee,
+        tp=tp,
+        pp=pp,
+        cp=cp,
     )
 
 
@@ -386,6 +419,9 @@ def _torchrun_app(
     rdzv_conf: str | None = None,
     debug: bool,
     tee: int,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
 ) -> AppDef:
     if (script is None) == (m is None):
         given = "both" if script is not None else "neither"
@@ -413,6 +449,8 @@ def _torchrun_app(
         rdzv_conf=rdzv_conf,
     )
     role_env = {**(DEBUG_ENV if debug else {}), **(env or {})}
+    if tp != 1 or pp != 1 or cp != 1:
+        role_env.update(_degrees(topology, tp=tp, pp=pp, cp=cp))
     role = Role(
         name=role_name,
         image=image,
@@ -429,6 +467,18 @@ def _torchrun_app(
     )
     app_name, full_name = job_name(name, role_name)
     return AppDef(name=app_name, roles=(role,), metadata=frozendict(full_name))
+
+
+def _degrees(topology: Topology, *, tp: int, pp: int, cp: int) -> dict[str, str]:
+    """``{"DISTSPEC_DEGREES": "pp=..,cp=..,tp=.."}``, checked against every world size allowed."""
+    from distspec.specs.degrees import DEGREES_ENV, Degrees
+
+    try:
+        degrees = Degrees(tp=tp, pp=pp, cp=cp)
+        degrees.check(topology)
+    except SpecError as e:
+        raise ComponentError(str(e)) from None
+    return {DEGREES_ENV: degrees.format()}
 
 
 def resource_for(
