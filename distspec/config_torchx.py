@@ -18,7 +18,9 @@ What is read:
 ``[SCHEDULER]`` (``[slurm]``)  ``[scheduler:SCHEDULER]``; ``mail-user`` and other
                             dashed keys become ``mail_user``. An option distspec's
                             backend does not have is an error naming the file
-                            when that scheduler is used (TorchX skips it silently)
+                            when that scheduler is used (TorchX skips it silently).
+                            ``[kubernetes] queue`` also sets ``flavor = volcano``:
+                            TorchX's Kubernetes scheduler is always Volcano
 ``[component:NAME]``        ``[component:NAME]``
 ``[cli:run] scheduler``     ``[distspec] scheduler``
 ``[cli:run] component``,    not read: distspec has no default component or
@@ -38,6 +40,7 @@ from collections.abc import Mapping
 
 from distspec.config import Config, Layer
 from distspec.errors import ConfigError
+from distspec.schedulers._registry import BUILTIN_SCHEDULERS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -117,7 +120,13 @@ def _read(path: str) -> Layer:
                 else:
                     unread.append(f"[{section}] {key}")
         else:
-            schedulers[section.strip()] = {k.replace("-", "_"): v for k, v in values.items()}
+            name = section.strip()
+            options = {k.replace("-", "_"): v for k, v in values.items()}
+            if name == "kubernetes" and "queue" in options:
+                # TorchX's kubernetes scheduler is always Volcano; distspec's `queue` is
+                # a Kueue queue unless the flavor is volcano.
+                options.setdefault("flavor", "volcano")
+            schedulers[name] = options
     layer = Layer(
         source=path + SOURCE_TAG,
         general=general,
@@ -146,6 +155,9 @@ def used_keys(config: Config) -> dict[str, list[str]]:
             keys.append("[cli:run] scheduler")
         for sched, values in layer.schedulers.items():
             prefix = f"DISTSPEC_{sched.upper()}_"
+            if sched not in BUILTIN_SCHEDULERS:
+                keys += [f"[{sched}] {key} (no such distspec scheduler)" for key in values]
+                continue
             for key in values:
                 if any(key in l.schedulers.get(sched, {}) for l in ours):
                     continue

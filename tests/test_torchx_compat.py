@@ -55,3 +55,8 @@ def test_return_annotation_check_imports_nothing() -> None:
 
     by_string.__annotations__["return"] = "specs.AppDef"  # no `specs` in this module
     assert not tc.returns_torchx_appdef(by_string)
+
+
+def test_base_img_root_is_refused_with_the_equivalent() -> None:
+    with pytest.raises(tc._Refusal, match=r"env\['X'\] uses \$\{base_img_root\}.*\$\{img_root\}"):
+        tc._text("${base_img_root}/bin", "env['X']", [False])

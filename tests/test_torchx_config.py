@@ -170,3 +170,21 @@ def test_no_torchxconfig_imports_nothing_more(dirs: tuple[Path, Path]) -> None:
         check=False,
     )
     assert out.stdout.split() == ["True", "True"], out.stderr
+
+
+def test_kubernetes_queue_means_volcano_and_unknown_schedulers_are_named(
+    dirs: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text(
+        "[kubernetes]\nqueue = default\nnamespace = ml\n\n[aws_batch]\nqueue = torchx\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="distspec.config"):
+        cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
+    assert _merged(cfg, "kubernetes") == {
+        "queue": "default",
+        "namespace": "ml",
+        "flavor": "volcano",
+    }
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "[aws_batch] queue (no such distspec scheduler)" in line

@@ -45,7 +45,8 @@ rank-0 host) becomes ``TORCHX_RANK0_HOST``, and the role gets
 ``TORCHX_RANK0_HOST=${rank0_host}``, which every backend fills in or refuses at
 compile time, as TorchX's own local scheduler does with ``localhost``. Text that
 TorchX leaves as written but distspec would substitute (a literal
-``${num_replicas}`` or ``${rank0_host}``, or ``$${app_id}``) is refused.
+``${num_replicas}`` or ``${rank0_host}``, or ``$${app_id}``) is refused, and so is TorchX
+0.7.0's ``${base_img_root}``.
 """
 
 from __future__ import annotations
@@ -306,6 +307,11 @@ def _text(text: Any, where: str, uses_rank0: list[bool]) -> str:
             i += 2
             continue
         name, end = _template_name(text, i)
+        if name == "base_img_root":  # TorchX 0.7.0 and older
+            raise _Refusal(
+                f"{where} uses ${{base_img_root}} (TorchX's base image root); distspec has no "
+                "base images: use ${img_root}, the role's image (a directory off Kubernetes)"
+            )
         if name is not None and name in TORCHX_MACROS:
             if name == "rank0_env":
                 uses_rank0[0] = True
