@@ -148,6 +148,7 @@ def main(args: argparse.Namespace) -> int:
     # SIGTERM must reach the job from the moment it exists, so the handler goes in
     # before submit rather than after the handle is printed.
     with _term_as_interrupt() as terminated:
+        began = time.monotonic()
         handle = runner.submit(request)
         print(handle, file=sys.stderr if args.json else sys.stdout, flush=True)
         status = follow(
@@ -161,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
         return 130
     if args.json:
         print_json({"handle": handle.format(), "status": status.to_dict()})
-    return exit_code(runner, handle, status)
+    return exit_code(runner, handle, status, time.monotonic() - began)
 
 
 def write_request(request: Any, output: str) -> list[Any]:
@@ -331,7 +332,9 @@ def _where(status: AppStatus) -> list[str]:
     return lines
 
 
-def exit_code(runner: Runner, handle: AppHandle, status: AppStatus) -> int:
+def exit_code(
+    runner: Runner, handle: AppHandle, status: AppStatus, elapsed: float | None = None
+) -> int:
     """0 on success; the failing replica's code (or 1) otherwise. Either way, says on
     stderr how long it took, how it ended, where its files are and what to run next;
     on failure also who failed (rank, host, exit code or signal) and its traceback."""
@@ -339,7 +342,8 @@ def exit_code(runner: Runner, handle: AppHandle, status: AppStatus) -> int:
     from distspec.specs.state import AppState
 
     err = sys.stderr
-    took = duration_text(status.duration)
+    # Where the scheduler gives no times (Slurm, PBS), the time this command followed it.
+    took = duration_text(status.duration if status.duration is not None else elapsed)
     if status.state is AppState.SUCCEEDED:
         print(f"distspec: {handle} SUCCEEDED in {took}", file=err)
         for line in _where(status):
