@@ -1,0 +1,195 @@
+"""``distspec launch`` inside real allocations on the local two-node Slurm cluster.
+
+Three allocations in all (the cluster has 2 nodes x 2 CPUs and is shared):
+
+- one ``salloc -N2 --ntasks-per-node=2``: the gloo all-reduce (tests/data/launch/
+  allreduce.py, initialised through ``distspec.runtime.init``) with srun per process,
+  then with torchrun per node, then with rank 2 exiting 7 (launch exits 7);
+- one ``sbatch`` of the same size: both launchers again, from a batch script;
+- one ``salloc`` where launch gets SIGTERM while its ranks sleep: afterwards, still
+  inside the allocation, ``squeue --steps`` lists no step of the job and none of the
+  rank processes exists (the nodes are network/UTS namespaces of this machine, so
+  their processes are visible in its /proc).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_cluster import require_slurm_cluster
+
+pytest.importorskip("torch", reason="torch is not installed")
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
+
+BIN = Path(sys.executable).parent
+ALLREDUCE = Path(__file__).resolve().parents[1] / "data" / "launch" / "allreduce.py"
+RESULT = re.compile(
+    r"^allreduce rank=(\d+) world=(\d+) host=(\S+) launcher=(\S+) sum=(\d+)$", re.MULTILINE
+)
+
+
+@pytest.fixture
+def job_name() -> Iterator[str]:
+    """A unique job name; any job left under it is cancelled after the test."""
+    name = f"launch-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    subprocess.run(["scancel", "--name", name], capture_output=True, check=False)
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    """This environment without allocation variables; this venv first on PATH."""
+    require_slurm_cluster()
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "PBS_", "DISTSPEC_", "ALLREDUCE_"))
+    }
+    clean["PATH"] = f"{BIN}:{clean.get('PATH', '')}"
+    return clean
+
+
+def _launch(*args: str, out: str) -> str:
+    """A shell line: distspec launch ARGS -- python allreduce.py, its output in out.*."""
+    cmd = ["distspec", "launch", "--filter-common", *args, "--", "python", str(ALLREDUCE)]
+    return f"{shlex.join(cmd)} > {out}.out 2> {out}.err; echo $? > {out}.rc"
+
+
+def _results(text: str) -> list[tuple[int, int, str, str, int]]:
+    return sorted(
+        (int(r), int(w), host, launcher, int(s)) for r, w, host, launcher, s in RESULT.findall(text)
+    )
+
+
+def _check_2x2(work: Path, name: str, launcher: str) -> None:
+    out = (work / f"{name}.out").read_text()
+    err = (work / f"{name}.err").read_text()
+    assert (work / f"{name}.rc").read_text().strip() == "0", out + err
+    command = out.splitlines()[0]
+    assert command.startswith("srun --nodes=2 "), command
+    # rank r adds r + 1: 1 + 2 + 3 + 4 = 10 on every rank, across both nodes
+    assert _results(out) == [
+        (0, 4, "n0", launcher, 10),
+        (1, 4, "n0", launcher, 10),
+        (2, 4, "n1", launcher, 10),
+        (3, 4, "n1", launcher, 10),
+    ], out + err
+
+
+def test_salloc_srun_torchrun_and_a_failing_rank(
+    tmp_path: Path, env: dict[str, str], job_name: str
+) -> None:
+    script = "\n".join(
+        [
+            f"cd {shlex.quote(str(tmp_path))}",
+            _launch(out="srun"),
+            _launch("--launcher", "torchrun", out="torchrun"),
+            "export ALLREDUCE_FAIL_RANK=2 ALLREDUCE_FAIL_CODE=7",
+            _launch(out="fail"),
+        ]
+    )
+    proc = subprocess.run(
+        ["salloc", "-N2", "--ntasks-per-node=2", "-J", job_name, "bash", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    _check_2x2(tmp_path, "srun", "slurm")
+    assert "--cpus-per-task=1 --kill-on-bad-exit=1 python " in (tmp_path / "srun.out").read_text()
+    _check_2x2(tmp_path, "torchrun", "torchrun")
+    assert " --rdzv_endpoint n0:" in (tmp_path / "torchrun.out").read_text()
+    # srun ends the step when rank 2 exits 7, and passes its code on: so does launch.
+    assert (tmp_path / "fail.rc").read_text().strip() == "7"
+
+
+def test_sbatch_both_launchers(tmp_path: Path, env: dict[str, str], job_name: str) -> None:
+    batch = tmp_path / "job.sbatch"
+    batch.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "#SBATCH --nodes=2",
+                "#SBATCH --ntasks-per-node=2",
+                f"#SBATCH --output={tmp_path}/batch.log",
+                f"cd {shlex.quote(str(tmp_path))}",
+                _launch(out="srun"),
+                _launch("--launcher", "torchrun", out="torchrun"),
+                "",
+            ]
+        )
+    )
+    proc = subprocess.run(
+        ["sbatch", "--wait", "-J", job_name, str(batch)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    log = tmp_path / "batch.log"
+    assert proc.returncode == 0, proc.stderr + (log.read_text() if log.exists() else "")
+    _check_2x2(tmp_path, "srun", "slurm")
+    _check_2x2(tmp_path, "torchrun", "torchrun")
+
+
+def test_sigterm_to_launch_leaves_no_task(
+    tmp_path: Path, env: dict[str, str], job_name: str
+) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    launch = shlex.join(["distspec", "launch", "--", "python", str(ALLREDUCE)])
+    # Inside the allocation: start launch, record its pid, wait for it; then, while
+    # the allocation still exists, list the job's steps and the rank processes alive.
+    script = f"""
+cd {shlex.quote(str(tmp_path))}
+{launch} > launch.out 2> launch.err &
+echo $! > launch.pid
+wait $!
+echo $? > launch.rc
+squeue -h --steps -j "$SLURM_JOB_ID" -o '%i %j' > steps.txt
+for f in pids/*; do
+  pid=${{f##*-}}
+  if [[ -e /proc/$pid ]] && [[ $(awk '{{print $3}}' /proc/$pid/stat) != Z ]]; then
+    echo "$f" >> alive.txt
+  fi
+done
+touch done
+"""
+    env = {**env, "ALLREDUCE_SLEEP": "300", "ALLREDUCE_PIDS": str(pids)}
+    salloc = subprocess.Popen(
+        ["salloc", "-N2", "--ntasks-per-node=2", "-J", job_name, "bash", "-c", script],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(pids.iterdir())) < 4:
+            assert salloc.poll() is None, (tmp_path / "launch.err").read_text()
+            assert time.monotonic() < deadline, "the four ranks never started"
+            time.sleep(0.3)
+        ranks = sorted(p.name for p in pids.iterdir())
+        assert [r.split("-")[0] for r in ranks] == ["n0", "n0", "n1", "n1"]
+        os.kill(int((tmp_path / "launch.pid").read_text()), 15)
+        salloc.wait(timeout=120)
+    finally:
+        if salloc.poll() is None:
+            salloc.kill()
+    assert (tmp_path / "done").exists(), (tmp_path / "launch.err").read_text()
+    assert (tmp_path / "launch.rc").read_text().strip() != "0"
+    assert (tmp_path / "steps.txt").read_text().split() == [], "a job step outlived launch"
+    alive = tmp_path / "alive.txt"
+    assert not alive.exists(), f"rank processes still running: {alive.read_text()}"
