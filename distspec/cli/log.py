@@ -15,7 +15,11 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     add_handle(parser)
     parser.add_argument("which", nargs="?", metavar="ROLE[/REPLICA]", help="default: every replica")
     parser.add_argument(
-        "-f", "--follow", action="store_true", help="keep printing new lines until the app ends"
+        "-f",
+        "-t",  # TorchX's `log -t` follows; distspec's --tail N stays "the last N lines"
+        "--follow",
+        action="store_true",
+        help="keep printing new lines until the app ends (-t: TorchX's spelling)",
     )
     parser.add_argument(
         "--rank",

@@ -30,6 +30,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "cancel": ("distspec.cli.cancel", "stop an app"),
     "list": ("distspec.cli.list", "list apps a scheduler knows"),
     "configure": ("distspec.cli.configure", "write a commented config with every run option"),
+    "resources": ("distspec.cli.resources", "list the named host types for -h (TorchX's names)"),
     "launch": (
         "distspec.cli.launch",
         "run a command on every host of the allocation you are in (Slurm, PBS, local)",

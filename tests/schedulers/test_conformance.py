@@ -45,7 +45,9 @@ def _app(
                 name=f"role{i}",
                 entrypoint="python",
                 args=tuple(args),
-                image="registry.example/img:1",
+                # An absolute directory: Slurm and PBS run the role there and refuse a
+                # container reference; Kubernetes takes it as the image's name.
+                image="/srv/conformance-img",
                 env={"K": "v,w=1"},
                 num_replicas=replicas,
                 min_replicas=min_replicas,
