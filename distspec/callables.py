@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus
 
-__all__ = ["DistributedFunction", "Job", "distributed", "submit"]
+__all__ = [
+    "CompiledCall",
+    "DistributedFunction",
+    "Job",
+    "compile_call",
+    "distributed",
+    "submit",
+]
 
 R = TypeVar("R")
 
@@ -532,12 +539,99 @@ def submit(
             cannot be written (nothing is left running).
         UsageError: a bad topology, scheduler, option or component parameter.
     """
+    call = compile_call(
+        fn,
+        args,
+        kwargs,
+        j=j,
+        scheduler=scheduler,
+        cfg=cfg,
+        seed=seed,
+        groups=groups,
+        timeout=timeout,
+        backend=backend,
+        options=options,
+        runner=runner,
+    )
+    runner, request = call.runner, call.request
+    early_dir = None
+    if request.scheduler == "kubernetes":
+        # Written before submit: a failure leaves nothing behind.
+        early_dir = _k8s_job_dir(request)
+        _write_payload(early_dir, call.payload)
+    handle = runner.submit(request)
+    try:
+        job_dir = early_dir or _job_dir_after_submit(runner, request, handle.app_id)
+        if early_dir is None:
+            _write_payload(job_dir, call.payload)
+        job = Job(
+            handle.format(),
+            job_dir=job_dir,
+            nodes=call.nodes,
+            nproc_per_node=call.nproc_per_node,
+            role=call.role,
+            runner=runner,
+        )
+        path = _record_path(runner, handle.scheduler, handle.app_id)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(job._record(), f)
+    except BaseException:
+        runner.cancel(handle)
+        raise
+    return job
+
+
+class CompiledCall:
+    """A callable compiled for a scheduler, not submitted: ``request.render()`` is what
+    ``submit`` would hand the scheduler, ``payload`` the ``call.pkl`` it would write."""
+
+    def __init__(
+        self,
+        *,
+        request: Request,
+        payload: bytes,
+        runner: Runner,
+        nodes: int,
+        nproc_per_node: int,
+        role: str,
+    ) -> None:
+        self.request = request
+        self.payload = payload
+        self.runner = runner
+        self.nodes = nodes
+        self.nproc_per_node = nproc_per_node
+        self.role = role
+
+
+def compile_call(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    j: str = "1x2",
+    scheduler: str | None = None,
+    cfg: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    groups: Sequence[Sequence[int]] = (),
+    timeout: float | None = None,
+    backend: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    runner: Runner | None = None,
+) -> CompiledCall:
+    """Pickle ``fn(*args, **kwargs)`` and compile its ``dist.fn`` job (a dry run of
+    :func:`submit`, whose arguments these are); nothing is written or submitted.
+
+    Raises:
+        CallableError: ``fn`` or an argument cannot be pickled.
+        UsageError: a bad topology, scheduler, option or component parameter.
+    """
     if not callable(fn):
         raise CallableError(f"submit() needs a callable, got {type(fn).__name__}")
     from distspec.components.fn import fn as fn_component
     from distspec.components.fn import format_groups, job_name
 
-    payload = pickle_call(fn, args, kwargs)
+    payload = pickle_call(fn, args, kwargs or {})
     if runner is None:
         from distspec.runner import Runner
 
@@ -558,32 +652,14 @@ def submit(
     from distspec.specs.topology import Topology
 
     topology = Topology.parse(j, gpus_per_node=role.resource.gpu or None)
-    early_dir = None
-    if scheduler == "kubernetes":
-        # Written before submit: a failure leaves nothing behind.
-        early_dir = _k8s_job_dir(request)
-        _write_payload(early_dir, payload)
-    handle = runner.submit(request)
-    try:
-        job_dir = early_dir or _job_dir_after_submit(runner, request, handle.app_id)
-        if early_dir is None:
-            _write_payload(job_dir, payload)
-        job = Job(
-            handle.format(),
-            job_dir=job_dir,
-            nodes=topology.nodes,
-            nproc_per_node=topology.nproc_per_node,
-            role=role.name,
-            runner=runner,
-        )
-        path = _record_path(runner, handle.scheduler, handle.app_id)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(job._record(), f)
-    except BaseException:
-        runner.cancel(handle)
-        raise
-    return job
+    return CompiledCall(
+        request=request,
+        payload=payload,
+        runner=runner,
+        nodes=topology.nodes,
+        nproc_per_node=topology.nproc_per_node,
+        role=role.name,
+    )
 
 
 def _write_payload(job_dir: str, payload: bytes) -> None:
