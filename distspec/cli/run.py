@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument(
         "-cfg",
         "--cfg",
+        "--scheduler_args",  # TorchX's long spelling
         action="append",
         default=[],
         metavar="K=V[,K=V]",
