@@ -1,26 +1,88 @@
-"""``distspec list -s SCHED``."""
+"""``distspec list [-s SCHED]``: the apps a scheduler knows, newest first, with their
+submission time and duration; ``--state`` and ``--limit`` narrow it down."""
 
 from __future__ import annotations
 
 import argparse
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from distspec.schedulers.api import AppSummary
+    from distspec.specs.state import AppState
+
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("-s", "--scheduler", help="which backend (default: the configured one)")
+    parser.add_argument(
+        "--state",
+        action="append",
+        metavar="STATE[,STATE]",
+        help="only apps in these states (succeeded, failed, cancelled, running, pending, "
+        "...; 'ended' for the three final ones); repeatable",
+    )
+    parser.add_argument("-n", "--limit", type=int, metavar="N", help="only the newest N apps")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def parse_states(values: list[str] | None) -> frozenset[AppState] | None:
+    """``--state`` values as AppStates (``ended`` = the final ones); None: no filter."""
+    from distspec.errors import UsageError
+    from distspec.specs.state import AppState
+
+    if not values:
+        return None
+    found: set[AppState] = set()
+    for value in values:
+        for word in value.split(","):
+            key = word.strip().upper()
+            if key == "ENDED":
+                found |= {s for s in AppState if s.is_terminal}
+            elif key in AppState.__members__:
+                found.add(AppState[key])
+            else:
+                names = ", ".join(s.value.lower() for s in AppState)
+                raise UsageError(f"--state {word!r}: use one of {names}, or ended")
+    return frozenset(found)
+
+
+def times(app: AppSummary) -> tuple[float | None, float | None]:
+    """(submitted, ended) POSIX times where the backend gives them."""
+
+    def number(key: str) -> float | None:
+        text = app.extra.get(key)
+        try:
+            return float(text) if text else None
+        except ValueError:
+            return None
+
+    return number("submitted"), number("ended")
+
+
 def main(args: argparse.Namespace) -> int:
+    import time
+
     from distspec.cli._shared import make_runner, print_json
+    from distspec.cli.status import duration_text
+    from distspec.errors import UsageError
     from distspec.specs.handles import AppHandle
 
+    if args.limit is not None and args.limit < 0:
+        raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    states = parse_states(args.state)
     runner = make_runner()
     scheduler = args.scheduler or runner.config.scheduler
-    apps = runner.list(scheduler)
-    rows = [
-        (AppHandle(scheduler=scheduler, session=runner.session, app_id=a.app_id).format(), a)
-        for a in apps
-    ]
+    apps = [a for a in runner.list(scheduler) if states is None or a.state in states]
+    if args.limit is not None:
+        apps = apps[: args.limit]
+    now = time.time()
+    rows = []
+    for app in apps:
+        name = AppHandle(scheduler=scheduler, session=runner.session, app_id=app.app_id).format()
+        submitted, ended = times(app)
+        took = None
+        if submitted is not None:
+            took = (ended if ended is not None else now) - submitted
+        rows.append((name, app, submitted, ended, took))
     if args.json:
         print_json(
             [
@@ -30,18 +92,24 @@ def main(args: argparse.Namespace) -> int:
                     "name": a.name,
                     "state": a.state.value,
                     "detail": a.detail,
+                    "submitted": submitted,
+                    "ended": ended,
+                    "duration": took,
                 }
-                for h, a in rows
+                for h, a, submitted, ended, took in rows
             ]
         )
         return 0
     if not rows:
-        print(f"no apps on {scheduler}")
+        print(f"no apps on {scheduler}" + (" in those states" if states else ""))
         return 0
-    width = max(len(h) for h, _ in rows)
-    for handle, app in rows:
-        print(
-            f"{handle:<{width}}  {app.state.value:<10}  {app.name}"
-            + (f"  {app.detail}" if app.detail else "")
+    width = max(len(h) for h, *_ in rows)
+    lines = [f"{'HANDLE':<{width}}  {'STATE':<10}  {'SUBMITTED':<16}  {'DURATION':>9}  NAME"]
+    for handle, app, submitted, _, took in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(submitted)) if submitted else "-"
+        lines.append(
+            f"{handle:<{width}}  {app.state.value:<10}  {when:<16}  {duration_text(took):>9}  "
+            f"{app.name}" + (f"  {app.detail}" if app.detail else "")
         )
+    print("\n".join(lines))
     return 0

@@ -29,6 +29,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "log": ("distspec.cli.log", "print or follow an app's logs"),
     "cancel": ("distspec.cli.cancel", "stop an app"),
     "list": ("distspec.cli.list", "list apps a scheduler knows"),
+    "prune": ("distspec.cli.prune", "delete the run directories of ended local runs"),
     "configure": ("distspec.cli.configure", "write a commented config with every run option"),
     "resources": ("distspec.cli.resources", "list the named host types for -h (TorchX's names)"),
     "launch": (

@@ -521,7 +521,8 @@ class LocalScheduler(Scheduler[LocalOptions]):
         self._checked_state(app_id)
 
     def list(self) -> list[AppSummary]:
-        """Every run under the state dir, newest first."""
+        """Every run under the state dir, newest first. ``extra`` has ``submitted`` and,
+        once it ended, ``ended`` (POSIX times as text)."""
         try:
             names = os.listdir(self.root)
         except FileNotFoundError:
@@ -534,19 +535,62 @@ class LocalScheduler(Scheduler[LocalOptions]):
                 continue
             if data is None:
                 continue
+            created = float(data.get("created", 0.0))
+            extra = {"submitted": repr(created)}
+            if data.get("ended") is not None:
+                extra["ended"] = repr(float(data["ended"]))
             found.append(
                 (
-                    float(data.get("created", 0.0)),
+                    created,
                     AppSummary(
                         app_id=name,
                         name=str(data.get("app_name", "")),
                         state=AppState(data["state"]),
                         detail=str(data.get("msg", "")),
+                        extra=frozendict(extra),
                     ),
                 )
             )
         found.sort(key=lambda item: item[0], reverse=True)
         return [summary for _, summary in found]
+
+    def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        states: frozenset[AppState] | None = None,
+        dry_run: bool = False,
+    ) -> tuple[AppSummary, ...]:
+        """Delete the run directories of ended runs (never a running one): those that
+        ended more than ``older_than`` seconds ago (all ended ones if None), in one of
+        ``states`` (every terminal state if None). Returns what was (with ``dry_run``:
+        would be) deleted, newest first."""
+        import shutil
+        import time
+
+        from distspec.schedulers import local_supervisor as sup
+
+        now = time.time()
+        gone = []
+        for summary in self.list():
+            if not summary.state.is_terminal:
+                continue
+            if states is not None and summary.state not in states:
+                continue
+            ended = float(summary.extra.get("ended") or summary.extra.get("submitted") or 0)
+            if older_than is not None and now - ended < older_than:
+                continue
+            run_dir = self.run_dir(summary.app_id)
+            # Terminal in its state file; make sure nothing of it is left running (a
+            # supervisor that wrote its final state is about to exit).
+            data = self._read_state(summary.app_id) or {}
+            info = data.get("supervisor", {})
+            if sup.is_alive(int(info.get("pid", 0) or 0), info.get("starttime")):
+                continue
+            if not dry_run:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            gone.append(summary)
+        return tuple(gone)
 
 
 def _open_alive(path: Path) -> int | None:

@@ -1,0 +1,85 @@
+"""``distspec prune``: delete the run directories of ended local runs.
+
+Only ``local_cwd`` keeps whole runs (logs included) under the state directory; a run
+that has not ended is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+examples:
+  distspec prune --older-than 7d --dry-run     what would go
+  distspec prune --older-than 2h --state failed,cancelled
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "-s",
+        "--scheduler",
+        default="local_cwd",
+        help="the backend whose records to prune (only local_cwd keeps runs here)",
+    )
+    parser.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="only runs that ended longer ago than AGE (30m, 12h, 7d; default: every ended run)",
+    )
+    parser.add_argument(
+        "--state",
+        action="append",
+        metavar="STATE[,STATE]",
+        help="only runs that ended in these states (succeeded, failed, cancelled)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in ``90``, ``30s``, ``10m``, ``12h``, ``7d`` or ``2w``."""
+    import re
+
+    from distspec.errors import UsageError
+
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw]?)", text.strip())
+    if not match:
+        raise UsageError(f"--older-than {text!r}: expected a number with s, m, h, d or w (7d)")
+    scale = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def main(args: argparse.Namespace) -> int:
+    from distspec.cli._shared import make_runner, print_json
+    from distspec.cli.list import parse_states
+    from distspec.errors import UsageError
+    from distspec.specs.handles import AppHandle
+
+    older = parse_age(args.older_than) if args.older_than else None
+    states = parse_states(args.state)
+    if states is not None and any(not s.is_terminal for s in states):
+        raise UsageError("--state: prune deletes ended runs only (succeeded, failed, cancelled)")
+    runner = make_runner()
+    sched = runner.scheduler(args.scheduler)
+    prune = getattr(sched, "prune", None)
+    if prune is None:
+        raise UsageError(
+            f"{args.scheduler} keeps no run directories here to prune (only local_cwd does)"
+        )
+    gone = prune(older_than=older, states=states, dry_run=args.dry_run)
+    handles = [
+        AppHandle(scheduler=args.scheduler, session=runner.session, app_id=a.app_id).format()
+        for a in gone
+    ]
+    if args.json:
+        print_json({"dry_run": args.dry_run, "pruned": handles})
+        return 0
+    verb = "would delete" if args.dry_run else "deleted"
+    for handle, app in zip(handles, gone, strict=True):
+        print(f"{verb} {handle} ({app.state.value})")
+    print(f"{verb} {len(gone)} run(s)")
+    return 0
