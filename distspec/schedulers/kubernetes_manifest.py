@@ -460,6 +460,10 @@ def _volume_source(src: str) -> dict[str, Any]:
     return {"persistentVolumeClaim": {"claimName": src}}
 
 
+#: The node label named host types carry as a capability (distspec.specs.resources).
+_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
 def _pod_template(
     role: Role,
     app: AppDef,
@@ -482,8 +486,12 @@ def _pod_template(
         spec["serviceAccountName"] = opts.service_account
     if opts.priority_class:
         spec["priorityClassName"] = opts.priority_class
-    if opts.node_selector:
-        spec["nodeSelector"] = dict(opts.node_selector)
+    # A named host type's instance type (-h aws_p4d.24xlarge) selects its nodes, as
+    # TorchX's Kubernetes scheduler does; -cfg node_selector adds to it and wins.
+    selector = {k: v for k, v in role.resource.capabilities.items() if k == _INSTANCE_TYPE}
+    selector.update(opts.node_selector)
+    if selector:
+        spec["nodeSelector"] = selector
     if opts.tolerations:
         spec["tolerations"] = [_toleration(t) for t in opts.tolerations]
     if opts.image_pull_secrets:

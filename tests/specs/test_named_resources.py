@@ -112,3 +112,28 @@ def test_extra_and_listing() -> None:
 def test_builtin_is_not_hidden_by_extra() -> None:
     named = NamedResources(extra={"gpu.small": lambda: Resource(gpu=99)})
     assert named.get("gpu.small").gpu == 1
+
+
+def test_kubernetes_selects_the_instance_type() -> None:
+    from distspec.components.binder import bind
+    from distspec.components.loader import load
+    from distspec.schedulers.kubernetes import KubernetesScheduler
+
+    backend = KubernetesScheduler("t")
+    argv = ["-h", "aws_p4d.24xlarge", "-j", "2", "--image", "img:1", "--script", "t.py"]
+    app = bind(load("dist.spmd"), argv)
+
+    def render(**cfg: str) -> str:
+        request = backend.compile(app, backend.parse_options(cfg), app_id="t-0000abcd")
+        return str(request.render())
+
+    text = render()
+    assert "nodeSelector:\n        node.kubernetes.io/instance-type: p4d.24xlarge\n" in text
+    assert 'vpc.amazonaws.com/efa: "4"' in text
+    text = render(node_selector="node.kubernetes.io/instance-type=other;zone=a")
+    assert "node.kubernetes.io/instance-type: other\n        zone: a\n" in text
+    plain = bind(
+        load("dist.ddp"), ["--gpu", "1", "-j", "1x1", "--image", "img:1", "--script", "t.py"]
+    )
+    request = backend.compile(plain, backend.parse_options({}), app_id="t-0000abcd")
+    assert "nodeSelector" not in request.render()
