@@ -56,6 +56,21 @@ def trainer(script: str = "train.py", j: str = "1x2") -> specs.AppDef:
     return dist.ddp(script=script, j=j, env={"TRAINER": "1"}, rdzv_conf="join_timeout=60")
 
 
+def hello(user: str, image: str = "my_app:latest") -> specs.AppDef:
+    # the shape of TorchX's "Custom Components" guide: python -m my_app --user USER
+    return specs.AppDef(
+        name="hello_world",
+        roles=[
+            specs.Role(
+                name="greeter",
+                image=image,
+                entrypoint="python",
+                args=["-m", "my_app", "--user", user],
+            )
+        ],
+    )
+
+
 def with_workspace() -> specs.AppDef:
     return specs.AppDef(
         name="ws",
@@ -69,6 +84,14 @@ def with_workspace() -> specs.AppDef:
         ],
     )
 '''
+
+MY_APP = """\
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--user", required=True)
+print(f"Hello, {parser.parse_args().user}!")
+"""
 
 TRAIN = """\
 import os
@@ -107,7 +130,25 @@ def _distspec(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.Co
 def project(tmp_path: Path) -> Path:
     (tmp_path / "my_component.py").write_text(COMPONENTS)
     (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "my_app.py").write_text(MY_APP)
     return tmp_path
+
+
+def test_custom_components_guide_runs_on_local_cwd(project: Path) -> None:
+    """TorchX's guide runs `torchx run --scheduler local_cwd my_component.py:greet --user ...`;
+    its image ("my_app:latest") is ignored there, as TorchX's local_cwd ignores it."""
+    run = _distspec(
+        project, "run", "-s", "local_cwd", "--wait", "my_component.py:hello", "--user", "Leia"
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    handle = next(l for l in run.stdout.splitlines() if l.startswith("local_cwd://"))
+    log = _distspec(project, "log", handle)
+    assert "Hello, Leia!" in log.stdout, log.stdout
+    k8s = _distspec(
+        project, "run", "--dryrun", "-s", "kubernetes", "my_component.py:hello", "--user", "Leia"
+    )
+    assert k8s.returncode == 0, k8s.stderr
+    assert "image: my_app:latest" in k8s.stdout  # kept where TorchX uses it
 
 
 def test_greet_dry_run_and_run_on_local_cwd(project: Path) -> None:
