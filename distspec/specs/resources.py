@@ -149,14 +149,42 @@ def _aws(itype: str, cpu: int, gpu: int, gib: int, efa: int, neuron: int) -> Res
     )
 
 
-def _builtins() -> dict[str, Resource]:
-    out = {name: Resource(cpu=c, gpu=g, mem_mb=m) for name, (c, g, m) in _GENERIC.items()}
-    out.update({f"aws_{itype}": _aws(itype, *sizes) for itype, sizes in _AWS.items()})
-    return out
+class _Builtins(Mapping[str, Resource]):
+    """The built-in table, each Resource made when first asked for (start-up: a
+    dry run with ``-h`` builds one, not 71)."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Resource] = {}
+
+    def __getitem__(self, name: str) -> Resource:
+        made = self._made.get(name)
+        if made is not None:
+            return made
+        if name in _GENERIC:
+            cpu, gpu, mem = _GENERIC[name]
+            made = Resource(cpu=cpu, gpu=gpu, mem_mb=mem)
+        elif name.startswith("aws_") and name[4:] in _AWS:
+            made = _aws(name[4:], *_AWS[name[4:]])
+        else:
+            raise KeyError(name)
+        self._made[name] = made
+        return made
+
+    def __contains__(self, name: object) -> bool:
+        return name in _GENERIC or (
+            isinstance(name, str) and name.startswith("aws_") and name[4:] in _AWS
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _GENERIC
+        yield from (f"aws_{itype}" for itype in _AWS)
+
+    def __len__(self) -> int:
+        return len(_GENERIC) + len(_AWS)
 
 
-#: Every built-in host type by name (TorchX's generic and AWS names).
-BUILTIN_RESOURCES: Mapping[str, Resource] = _builtins()
+#: Every built-in host type by name (TorchX's generic and AWS names), built lazily.
+BUILTIN_RESOURCES: Mapping[str, Resource] = _Builtins()
 
 
 class ResourceInfo:
@@ -181,7 +209,7 @@ class NamedResources:
         builtins: Mapping[str, Resource] = BUILTIN_RESOURCES,
         extra: Mapping[str, Callable[[], Resource]] | None = None,
     ) -> None:
-        self._builtins = dict(builtins)
+        self._builtins = builtins
         self._extra = dict(extra or {})
 
     def names(self) -> list[str]:
