@@ -12,10 +12,11 @@ Precedence, highest first:
 5. a TorchX user's ``.torchxconfig`` (:mod:`distspec.config_torchx`), with a warning;
 6. built-in defaults.
 
-``.distspecconfig`` is INI::
+``.distspecconfig`` is INI, with ``;`` or ``#`` comments on their own lines or after a
+value (after whitespace)::
 
     [distspec]
-    scheduler = slurm
+    scheduler = slurm        ; the default -s
 
     [scheduler:slurm]
     partition = gpu
@@ -46,7 +47,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["CONFIG_FILE", "Config", "Layer", "load_config"]
+__all__ = ["CONFIG_FILE", "Config", "Layer", "Setting", "load_config"]
 
 CONFIG_FILE = ".distspecconfig"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -62,6 +63,32 @@ class Layer:
     general: Mapping[str, str] = field(default_factory=dict)
     schedulers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     components: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: ``"section key"`` -> line number in the file (sections as in the INI file:
+    #: ``distspec``, ``scheduler:slurm``, ``component:dist.ddp``), where known.
+    lines: Mapping[str, int] = field(default_factory=dict)
+
+    def where(self, section: str, key: str) -> str:
+        """``file:line`` of ``key`` in ``section`` (the source alone if unknown)."""
+        if self.source.startswith("environment"):
+            if section == "distspec":
+                return f"DISTSPEC_{key.upper()}"
+            kind, _, name = section.partition(":")
+            if kind == "scheduler":
+                return f"DISTSPEC_{name.upper()}_{key.upper()}"
+            return self.source
+        line = self.lines.get(f"{section} {key}")
+        path = self.source.partition(" [tool.distspec]")[0]
+        return f"{path}:{line}" if line else self.source
+
+
+@frozen(kw_only=False)
+class Setting:
+    """One effective value and where it came from (``distspec config``)."""
+
+    section: str
+    key: str
+    value: Any
+    source: str
 
 
 @frozen
@@ -119,6 +146,60 @@ class Config:
         for layer in self.layers:
             merged.update(layer.components.get(component, {}))
         return merged
+
+    def where(self, source: str, section: str, key: str) -> str:
+        """``file:line`` (or the variable) of ``key`` in ``section`` of the layer
+        ``source`` names, for error messages."""
+        if source.startswith("environment (DISTSPEC_") and section.startswith("scheduler:"):
+            return f"DISTSPEC_{section.partition(':')[2].upper()}_{key.upper()}"
+        for layer in self.layers:
+            if layer.source == source:
+                return layer.where(section, key)
+        return source
+
+    def settings(self) -> list[Setting]:
+        """Every value set anywhere, as it takes effect, with where it came from; the
+        general keys always (a built-in default says so)."""
+        out: list[Setting] = []
+        defaults = {
+            "scheduler": "local_cwd",
+            "session": "distspec",
+            "log_level": "WARNING",
+            "state_dir": self.state_dir,
+        }
+        for key in _GENERAL_KEYS:
+            value, source = defaults[key], "default"
+            if key == "state_dir" and not self.general("state_dir", ""):
+                source = "default ($XDG_STATE_HOME/distspec or ~/.local/state/distspec)"
+            for layer in self.layers:
+                if key in layer.general:
+                    value, source = layer.general[key], layer.where("distspec", key)
+            out.append(Setting("distspec", key, value, source))
+        sections: dict[str, dict[str, tuple[Any, str]]] = {}
+        for layer in self.layers:
+            for kind, groups in (("scheduler", layer.schedulers), ("component", layer.components)):
+                for name, values in groups.items():
+                    section = f"{kind}:{name}"
+                    for key, value in values.items():
+                        sections.setdefault(section, {})[key] = (value, layer.where(section, key))
+        for section in sorted(
+            {s for s in sections} | {f"scheduler:{n}" for n in self._env_scheds()}
+        ):
+            found = sections.get(section, {})
+            if section.startswith("scheduler:"):
+                name = section.partition(":")[2]
+                prefix = f"DISTSPEC_{name.upper()}_"
+                for k, v in self.env.items():
+                    if k.startswith(prefix):
+                        found[k[len(prefix) :].lower()] = (v, k)
+            for key in sorted(found):
+                value, source = found[key]
+                out.append(Setting(section, key, value, source))
+        return out
+
+    def _env_scheds(self) -> set[str]:
+        known = ("local_cwd", "slurm", "pbs", "kubernetes")
+        return {n for n in known if any(k.startswith(f"DISTSPEC_{n.upper()}_") for k in self.env)}
 
 
 def load_config(
@@ -187,7 +268,13 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _check_general(general: dict[str, str], source: str) -> dict[str, str]:
+def _check_general(
+    general: dict[str, str], source: str, lines: Mapping[str, int] | None = None
+) -> dict[str, str]:
+    def where(key: str) -> str:
+        line = (lines or {}).get(f"distspec {key}")
+        return f"{source.partition(' [tool.distspec]')[0]}:{line}" if line else source
+
     for key in list(general):
         if key not in _GENERAL_KEYS:
             from distspec.specs.options import did_you_mean
@@ -195,27 +282,80 @@ def _check_general(general: dict[str, str], source: str) -> dict[str, str]:
             raise ConfigError(
                 f"unknown key {key!r}{did_you_mean(key, _GENERAL_KEYS)}; "
                 f"known: {', '.join(_GENERAL_KEYS)}",
-                source=source,
+                source=where(key),
             )
     level = general.get("log_level")
     if level is not None:
         if level.upper() not in _LOG_LEVELS:
             raise ConfigError(
-                f"log_level {level!r} is not one of {', '.join(_LOG_LEVELS)}", source=source
+                f"log_level {level!r} is not one of {', '.join(_LOG_LEVELS)}",
+                source=where("log_level"),
             )
         general["log_level"] = level.upper()
     return general
 
 
+def _ini_lines(text: str) -> dict[str, int]:
+    """``"section key"`` -> 1-based line of each ``key = value`` (or ``key: value``)
+    line of an INI file; continuation lines and comments are skipped."""
+    found: dict[str, int] = {}
+    section = ""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#;" or raw[0].isspace():
+            continue
+        if line.startswith("[") and "]" in line:
+            section = line[1 : line.index("]")].strip()
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut > 0:
+            found.setdefault(f"{section} {line[:cut].strip()}", number)
+    return found
+
+
+def _toml_lines(text: str) -> dict[str, int]:
+    """The same for ``[tool.distspec...]`` tables of a pyproject.toml (plain tables and
+    ``key = value`` lines; enough to point at a line)."""
+    found: dict[str, int] = {}
+    section: str | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith("[") and not line.startswith("[["):
+            name = line.strip("[]").strip().replace('"', "").replace("'", "")
+            section = None
+            if name == "tool.distspec":
+                section = "distspec"
+            for kind, plural in (("scheduler", "schedulers"), ("component", "components")):
+                head = f"tool.distspec.{plural}."
+                if name.startswith(head):
+                    section = f"{kind}:{name[len(head) :]}"
+            continue
+        if section is not None and "=" in line and not line.startswith("#"):
+            found.setdefault(f"{section} {line.split('=', 1)[0].strip()}", number)
+    return found
+
+
 def _read_ini(path: str) -> Layer:
     import configparser
 
-    parser = configparser.ConfigParser(interpolation=None)
+    # Inline comments after whitespace (`partition = gpu   ; the big one`), as most
+    # INI dialects allow; configparser needs to be told.
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"))
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     try:
-        parser.read(path, encoding="utf-8")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read it: {e.strerror or e}", source=str(path)) from None
+    try:
+        parser.read_string(text, source=str(path))
     except configparser.Error as e:
-        raise ConfigError(str(e).splitlines()[0], source=str(path)) from None
+        line = getattr(e, "lineno", None)
+        if line is None and isinstance(e, configparser.ParsingError) and e.errors:
+            line = e.errors[0][0]
+        where = f"{path}:{line}" if line else str(path)
+        raise ConfigError(str(e).splitlines()[0], source=where) from None
+    lines = _ini_lines(text)
     general: dict[str, str] = {}
     schedulers: dict[str, dict[str, Any]] = {}
     components: dict[str, dict[str, Any]] = {}
@@ -228,15 +368,20 @@ def _read_ini(path: str) -> Layer:
         elif section.startswith("component:"):
             components[section.partition(":")[2].strip()] = values
         else:
+            header = next(
+                (i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == f"[{section}]"),
+                None,
+            )
             raise ConfigError(
                 f"unknown section [{section}]; use [distspec], [scheduler:NAME] or [component:NAME]",
-                source=str(path),
+                source=f"{path}:{header}" if header else str(path),
             )
     return Layer(
         source=str(path),
-        general=_check_general(general, str(path)),
+        general=_check_general(general, str(path), lines),
         schedulers=schedulers,
         components=components,
+        lines=lines,
     )
 
 
@@ -257,7 +402,10 @@ def _read_pyproject(path: str) -> Layer | None:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"invalid TOML: {e}", source=str(path)) from None
+        # tomllib's message ends with "(at line L, column C)".
+        line = str(e).rpartition("at line ")[2].split(",")[0]
+        where = f"{path}:{line}" if line.isdigit() else str(path)
+        raise ConfigError(f"invalid TOML: {e}", source=where) from None
     section = data.get("tool", {}).get("distspec")
     if section is None:
         return None
@@ -269,11 +417,13 @@ def _read_pyproject(path: str) -> Layer | None:
     general = {k: str(v) for k, v in section.items() if k not in ("schedulers", "components")}
     if not isinstance(schedulers, dict) or not isinstance(components, dict):
         raise ConfigError("schedulers.* and components.* must be tables", source=source)
+    lines = _toml_lines(text)
     return Layer(
         source=source,
-        general=_check_general(general, source),
+        general=_check_general(general, source, lines),
         schedulers=schedulers,
         components=components,
+        lines=lines,
     )
 
 

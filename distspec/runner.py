@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
@@ -31,6 +32,17 @@ if TYPE_CHECKING:
     from distspec.specs.state import AppStatus
 
 __all__ = ["LogLine", "Runner", "new_app_id"]
+
+
+def _log(level: int, msg: str, *args: object) -> None:
+    """Log to the ``distspec`` logger, only once something configured logging (the CLI
+    does for ``-v`` or ``DISTSPEC_LOG_LEVEL``): importing it costs start-up otherwise."""
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger("distspec").log(level, msg, *args)
+
+
+_DEBUG, _INFO = 10, 20
 
 
 def new_app_id(app_name: str) -> str:
@@ -110,9 +122,15 @@ class Runner:
             try:
                 sched.parse_options(values)
             except OptionError as e:
-                raise ConfigError(str(e), source=source) from None
+                where = source
+                if e.option:
+                    where = self.config.where(source, f"scheduler:{scheduler}", e.option)
+                raise ConfigError(str(e), source=where) from None
             merged.update(values)
+            _log(_DEBUG, "%s options from %s: %s", scheduler, source, dict(values))
         merged.update(cfg or {})
+        if cfg:
+            _log(_DEBUG, "%s options from -cfg: %s", scheduler, dict(cfg))
         return sched.parse_options(merged)
 
     def dryrun(
@@ -126,15 +144,22 @@ class Runner:
         """Compile without submitting: the Request's ``render()`` is what would be submitted."""
         sched = self.scheduler(scheduler)
         opts = self.options(scheduler, cfg)
-        return sched.compile(app, opts, app_id=app_id or new_app_id(app.name))
+        request = sched.compile(app, opts, app_id=app_id or new_app_id(app.name))
+        _log(_INFO, "compiled %s for %s: %s", app.name, scheduler, opts)
+        return request
 
     def submit(self, request: Request) -> AppHandle:
         sched = self.scheduler(request.scheduler)
         sched.preflight(request)
+        _log(
+            _INFO, "submitting %s to %s (%s)", request.app_id, request.scheduler, request.main_file
+        )
         app_id = sched.submit(request)
         from distspec.specs.handles import AppHandle
 
-        return AppHandle(scheduler=request.scheduler, session=self.session, app_id=app_id)
+        handle = AppHandle(scheduler=request.scheduler, session=self.session, app_id=app_id)
+        _log(_INFO, "submitted %s", handle)
+        return handle
 
     def run(self, app: AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None) -> AppHandle:
         """Compile and submit; returns at once with the handle."""
@@ -190,6 +215,7 @@ class Runner:
         status = sched.describe(h.app_id)
         if status is None:
             raise AppNotFound(h.format())
+        _log(_DEBUG, "%s: %s %s", h, status.state.value, status.msg)
         return status
 
     describe = status
@@ -213,6 +239,7 @@ class Runner:
         status = sched.wait(h.app_id, timeout=timeout, on_status=on_status)
         if status is None:
             raise AppNotFound(h.format())
+        _log(_INFO, "%s after waiting: %s", h, f"{status.state.value} {status.msg}".strip())
         if not status.is_terminal:
             raise TimeoutError(f"{h} is still {status.state.value} after {timeout:g}s")
         return status
@@ -221,6 +248,7 @@ class Runner:
         h, sched = self._resolve(handle)
         if sched.describe(h.app_id) is None:
             raise AppNotFound(h.format())
+        _log(_INFO, "cancelling %s", h)
         sched.cancel(h.app_id)
 
     def list(self, scheduler: str) -> list[AppSummary]:

@@ -94,3 +94,99 @@ def test_bad_toml_is_named(tree: tuple[Path, Path]) -> None:
     with pytest.raises(ConfigError, match="invalid TOML") as info:
         load_config(cwd=project, env={"HOME": str(home)}, home=home)
     assert str(path) in str(info.value)
+
+
+DOCS_EXAMPLE = """\
+[distspec]
+scheduler = slurm            ; default -s
+session = distspec           ; the SESSION part of handles
+state_dir = ~/.local/state/distspec
+log_level = WARNING
+
+[scheduler:slurm]
+partition = gpu              # a hash starts a comment too
+time = 2:00:00
+
+[component:dist.ddp]
+j = 2x8
+"""
+
+
+def test_inline_comments_of_the_docs_example(tree: tuple[Path, Path]) -> None:
+    home, project = tree
+    docs = (Path(__file__).parents[1] / "docs" / "config.md").read_text()
+    ini = docs.split("```ini\n", 1)[1].split("```", 1)[0]
+    for text in (ini, DOCS_EXAMPLE):
+        _write(project / ".distspecconfig", text)
+        cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
+        assert (cfg.scheduler, cfg.session, cfg.log_level) == ("slurm", "distspec", "WARNING")
+        merged: dict[str, str] = {}
+        for _, values in cfg.scheduler_layers("slurm"):
+            merged.update(values)
+        assert merged["partition"] == "gpu"
+        assert cfg.component_defaults("dist.ddp") == {"j": "2x8"}
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("[distspec]\nscheduler = slurm\n\nschedular = x\n", 4, "unknown key 'schedular'"),
+        ("[distspec]\nlog_level = loud\n", 2, "log_level 'loud'"),
+        ("[distspec]\nscheduler = a\n[oops]\nx = 1\n", 3, "unknown section [oops]"),
+        ("[distspec]\nscheduler = a\nscheduler = b\n", 3, "option 'scheduler'"),
+        ("[distspec]\nscheduler = a\n  what\n[x\n", 4, "contains parsing errors"),
+    ],
+)
+def test_errors_name_file_and_line(
+    tree: tuple[Path, Path], text: str, line: int, message: str
+) -> None:
+    home, project = tree
+    path = _write(project / ".distspecconfig", text)
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=project, env={"HOME": str(home)}, home=home)
+    assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
+    assert message in str(info.value)
+
+
+def test_bad_run_option_names_file_and_line(tree: tuple[Path, Path]) -> None:
+    from distspec.runner import Runner
+
+    home, project = tree
+    path = _write(project / ".distspecconfig", "[scheduler:slurm]\npartition = gpu\nnodez = 2\n")
+    runner = Runner(config=load_config(cwd=project, env={"HOME": str(home)}, home=home))
+    with pytest.raises(ConfigError, match=rf"^{path}:3: .*unknown option 'nodez'"):
+        runner.options("slurm")
+    toml = _write(
+        project / "pyproject.toml",
+        '[project]\nname = "x"\n\n[tool.distspec.schedulers.slurm]\nqos = "high"\nnodez = 5\n',
+    )
+    (project / ".distspecconfig").unlink()
+    runner = Runner(config=load_config(cwd=project, env={"HOME": str(home)}, home=home))
+    with pytest.raises(ConfigError, match=rf"^{toml}:6: "):
+        runner.options("slurm", {})
+    env = {"HOME": str(home), "DISTSPEC_SLURM_NODEZ": "1"}
+    toml.unlink()
+    runner = Runner(config=load_config(cwd=project, env=env, home=home))
+    with pytest.raises(ConfigError, match="^DISTSPEC_SLURM_NODEZ: "):
+        runner.options("slurm")
+
+
+def test_toml_syntax_error_names_the_line(tree: tuple[Path, Path]) -> None:
+    home, project = tree
+    path = _write(project / "pyproject.toml", '[tool.distspec]\nscheduler = "slurm"\nx = \n')
+    with pytest.raises(ConfigError, match=rf"^{path}:3: invalid TOML"):
+        load_config(cwd=project, env={"HOME": str(home)}, home=home)
+
+
+def test_settings_say_where_each_value_came_from(tree: tuple[Path, Path]) -> None:
+    home, project = tree
+    user = _write(home / ".distspecconfig", "[scheduler:slurm]\npartition = user\nqos = q\n")
+    proj = _write(project / ".distspecconfig", "[distspec]\n\nscheduler = slurm ; here\n")
+    env = {"HOME": str(home), "DISTSPEC_SESSION": "me", "DISTSPEC_SLURM_PARTITION": "env"}
+    cfg = load_config(cwd=project, env=env, home=home)
+    got = {(s.section, s.key): (s.value, s.source) for s in cfg.settings()}
+    assert got[("distspec", "scheduler")] == ("slurm", f"{proj}:3")
+    assert got[("distspec", "session")] == ("me", "DISTSPEC_SESSION")
+    assert got[("distspec", "log_level")] == ("WARNING", "default")
+    assert got[("scheduler:slurm", "partition")] == ("env", "DISTSPEC_SLURM_PARTITION")
+    assert got[("scheduler:slurm", "qos")] == ("q", f"{user}:3")

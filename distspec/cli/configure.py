@@ -9,7 +9,13 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
-    parser.add_argument("-s", "--scheduler", required=True, help="the scheduler to configure")
+    parser.add_argument("-s", "--scheduler", help="the scheduler to configure")
+    parser.add_argument(
+        "--show",
+        action="store_true",
+        help="print the effective configuration and where each value came from "
+        "(= `distspec config`) instead",
+    )
     parser.add_argument(
         "-o",
         "--output",
@@ -36,6 +42,12 @@ def render_section(scheduler: str) -> str:
 def main(args: argparse.Namespace) -> int:
     from distspec.errors import UsageError
 
+    if args.show:
+        from distspec.cli.config import show
+
+        return show()
+    if not args.scheduler:
+        raise UsageError("configure needs -s SCHEDULER (or --show)")
     section = render_section(args.scheduler)
     if args.output == "-":
         sys.stdout.write(section)

@@ -31,6 +31,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "list": ("distspec.cli.list", "list apps a scheduler knows"),
     "prune": ("distspec.cli.prune", "delete the run directories of ended local runs"),
     "configure": ("distspec.cli.configure", "write a commented config with every run option"),
+    "config": ("distspec.cli.config", "print the effective configuration and where it came from"),
     "resources": ("distspec.cli.resources", "list the named host types for -h (TorchX's names)"),
     "launch": (
         "distspec.cli.launch",
@@ -76,6 +77,13 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log what distspec does to stderr (-v: INFO, -vv: DEBUG); also after the verb",
+    )
     # An explicit prog keeps argparse from building a help formatter (and importing
     # shutil) just to name the sub-commands.
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser, prog="distspec")
@@ -90,6 +98,14 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             importlib.import_module(module).add_arguments(p, name)
+            if not any("-v" in a.option_strings for a in p._actions):
+                p.add_argument(
+                    "-v",
+                    "--verbose",
+                    action="count",
+                    default=argparse.SUPPRESS,
+                    help="log what distspec does to stderr (-v: INFO, -vv: DEBUG)",
+                )
     return parser
 
 
@@ -112,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(VERBS[args.verb][0])
+    if args.verbose:
+        from distspec.cli import _shared
+
+        _shared.verbosity = args.verbose
     try:
         code: int = module.main(args)
         return code

@@ -1,0 +1,43 @@
+"""``distspec config``: the effective configuration and where each value came from."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def main(args: argparse.Namespace) -> int:
+    return show(as_json=args.json)
+
+
+def show(*, as_json: bool = False) -> int:
+    """Print every setting in effect, INI-style, each with its source as a comment:
+    ``file:line``, the environment variable, or ``default``."""
+    from distspec.cli._shared import print_json
+    from distspec.config import load_config
+
+    config = load_config()
+    settings = config.settings()
+    sources = [layer.source for layer in config.layers if not layer.source.startswith("env")]
+    if as_json:
+        print_json(
+            {
+                "files": sources,
+                "settings": [
+                    {"section": s.section, "key": s.key, "value": s.value, "source": s.source}
+                    for s in settings
+                ],
+            }
+        )
+        return 0
+    print("# files read, lowest precedence first: " + (", ".join(sources) or "none"))
+    section = None
+    for s in settings:
+        if s.section != section:
+            print(f"\n[{s.section}]")
+            section = s.section
+        print(f"{f'{s.key} = {s.value}':<40}  ; {s.source}")
+    return 0
