@@ -21,7 +21,7 @@ What is read:
                             when that scheduler is used (TorchX skips it silently).
                             ``[kubernetes] queue`` also sets ``flavor = volcano``:
                             TorchX's Kubernetes scheduler is always Volcano
-``[component:NAME]``        ``[component:NAME]``
+``[component:NAME]``        ``[component:NAME]``; TorchX's ``memMB`` is ``mem_mb``
 ``[cli:run] scheduler``     ``[distspec] scheduler``
 ``[cli:run] component``,    not read: distspec has no default component or
 ``workspace`` and any       workspace; named in the warning
@@ -112,7 +112,7 @@ def _read(path: str) -> Layer:
     for section in parser.sections():
         values = dict(parser.items(section))
         if section.startswith("component:"):
-            components[section.partition(":")[2].strip()] = values
+            components[section.partition(":")[2].strip()] = _component_keys(values)
         elif section.startswith("cli:"):
             for key, value in values.items():
                 if section == "cli:run" and key == "scheduler":
@@ -135,6 +135,14 @@ def _read(path: str) -> Layer:
     )
     _UNREAD[layer.source] = tuple(unread)  # for the warning only
     return layer
+
+
+def _component_keys(values: dict[str, str]) -> dict[str, str]:
+    """TorchX's spellings of component parameters (``memMB``) as distspec's (``mem_mb``)."""
+    from distspec.components.binder import ALIASES
+
+    spelled = {flag.lstrip("-"): name for name, flags in ALIASES.items() for flag in flags}
+    return {spelled.get(key, key): value for key, value in values.items()}
 
 
 def _unread(layer: Layer) -> tuple[str, ...]:

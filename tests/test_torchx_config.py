@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -188,3 +189,14 @@ def test_kubernetes_queue_means_volcano_and_unknown_schedulers_are_named(
     }
     (line,) = [r.getMessage() for r in caplog.records]
     assert "[aws_batch] queue (no such distspec scheduler)" in line
+
+
+def test_component_defaults_in_torchx_spelling(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text("[component:dist.ddp]\nmemMB = 2048\ndebug = True\n")
+    (project / "train.py").write_text("")
+    proc = _cli(project, home, "run", "--dryrun", "--json", "dist.ddp", "--script", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    role = json.loads(proc.stdout)["app"]["roles"][0]
+    assert role["resource"]["mem_mb"] == 2048
+    assert role["env"]["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
