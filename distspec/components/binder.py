@@ -125,6 +125,9 @@ _SUPPORTED = (
 #: Extra spellings of a parameter's flag, for the names TorchX users type.
 ALIASES: Mapping[str, tuple[str, ...]] = types.MappingProxyType({"mem_mb": ("--memMB",)})
 
+# alias without dashes -> parameter name, for config keys (``memMB = 4096``)
+_ALIASED = {a.lstrip("-"): name for name, aliases in ALIASES.items() for a in aliases}
+
 _TRUE = frozenset({"true", "yes", "1", "on"})
 _FALSE = frozenset({"false", "no", "0", "off"})
 
@@ -656,7 +659,7 @@ def _with_defaults(
     by_name = {p.name: p for p in ps if p.kind is not Kind.ARGS}
     out = {p.name: p for p in ps}
     for key, value in defaults.items():
-        name = key.replace("-", "_")
+        name = _ALIASED.get(key) or key.replace("-", "_")
         p = by_name.get(name)
         if p is None:
             from distspec.specs.options import did_you_mean

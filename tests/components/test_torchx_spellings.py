@@ -175,3 +175,13 @@ def test_log_dash_t_follows_and_tail_keeps_its_number() -> None:
     assert args.follow is True and args.tail is None
     args = build_parser(["log", "x"]).parse_args(["log", "--tail", "5", "local_cwd://s/a"])
     assert args.follow is False and args.tail == 5
+
+
+def test_memMB_as_a_config_default() -> None:
+    app = bind(load("dist.ddp"), ["--script", "t.py"], defaults={"memMB": "2048"})
+    assert app.roles[0].resource.mem_mb == 2048
+
+
+def test_valueless_dash_h_on_a_component_without_h() -> None:
+    with pytest.raises(ComponentHelp):
+        run("utils.echo", "-h")
