@@ -28,6 +28,7 @@ STYLES = "tests.components.sample_styles"
 def test_builtin_names() -> None:
     assert builtin_names() == [
         "dist.ddp",
+        "dist.fn",
         "dist.spmd",
         "dist.torchrun",
         "utils.copy",
@@ -45,7 +46,8 @@ def test_builtins_load(name: str) -> None:
     assert comp.name == name
     assert comp.fn.__name__ == name.split(".")[1]
     path, _, line = comp.source.rpartition(":")
-    assert path.endswith(f"distspec/components/{name.split('.', maxsplit=1)[0]}.py")
+    module = BUILTIN_COMPONENTS[name].partition(":")[0]
+    assert path.endswith(module.replace(".", "/") + ".py")
     assert int(line) > 1
 
 
