@@ -46,7 +46,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["FILE_NAME", "SOURCE_TAG", "read_layers", "torchx_files", "used_keys", "warn_if_used"]
+__all__ = [
+    "FILE_NAME",
+    "SOURCE_TAG",
+    "convert",
+    "read_layers",
+    "torchx_files",
+    "used_keys",
+    "warn_if_used",
+]
 
 FILE_NAME = ".torchxconfig"
 
@@ -152,8 +160,13 @@ def _unread(layer: Layer) -> tuple[str, ...]:
 def used_keys(config: Config) -> dict[str, list[str]]:
     """For each ``.torchxconfig`` file of ``config``: the keys whose value distspec will
     use (no distspec layer or ``DISTSPEC_*`` variable sets the same key), as
-    ``[section] key``, and the keys it does not read (``... (not read)``)."""
+    ``[section] key``, and, while there is no distspec config file yet, the keys it
+    does not read (``... (not read)``, ``... (no such distspec scheduler)``): once
+    the user has a ``.distspecconfig`` (``distspec configure --from-torchx`` lists
+    those keys in it) they no longer keep the warning alive."""
     ours = [l for l in config.layers if not l.source.endswith(SOURCE_TAG)]
+    migrated = any(not l.source.startswith("environment") for l in ours)
+    ignored: list[str] = []
     out: dict[str, list[str]] = {}
     for layer in config.layers:
         if not layer.source.endswith(SOURCE_TAG):
@@ -164,7 +177,7 @@ def used_keys(config: Config) -> dict[str, list[str]]:
         for sched, values in layer.schedulers.items():
             prefix = f"DISTSPEC_{sched.upper()}_"
             if sched not in BUILTIN_SCHEDULERS:
-                keys += [f"[{sched}] {key} (no such distspec scheduler)" for key in values]
+                ignored += [f"[{sched}] {key} (no such distspec scheduler)" for key in values]
                 continue
             for key in values:
                 if any(key in l.schedulers.get(sched, {}) for l in ours):
@@ -176,7 +189,10 @@ def used_keys(config: Config) -> dict[str, list[str]]:
             for key in values:
                 if not any(key in l.components.get(comp, {}) for l in ours):
                     keys.append(f"[component:{comp}] {key}")
-        keys += [f"{k} (not read)" for k in _unread(layer)]
+        ignored += [f"{k} (not read)" for k in _unread(layer)]
+        if not migrated:
+            keys += ignored
+        ignored = []
         if keys:
             out[layer.source[: -len(SOURCE_TAG)]] = keys
     return out
@@ -195,6 +211,57 @@ def warn_if_used(config: Config) -> None:
         parts.append(f"{path}: {shown}")
     logging.getLogger("distspec.config").warning(
         "distspec: warning: using TorchX settings as the lowest config layer (%s); "
-        "set them in .distspecconfig, or DISTSPEC_TORCHXCONFIG=off to ignore the file",
+        "convert them with `distspec configure --from-torchx`, or set "
+        "DISTSPEC_TORCHXCONFIG=off to ignore the file",
         "; ".join(parts),
     )
+
+
+def convert(cwd: str, home: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """``.distspecconfig`` text saying what the ``.torchxconfig`` files say, and its
+    section headers (for ``distspec configure --from-torchx``). Reads the files even
+    when ``DISTSPEC_TORCHXCONFIG=off``: converting is an explicit request.
+
+    Raises:
+        ConfigError: no ``.torchxconfig`` was found, or one is not valid INI.
+    """
+    env = {k: v for k, v in env.items() if k != "DISTSPEC_TORCHXCONFIG"}
+    paths = torchx_files(cwd, home, env)
+    if not paths:
+        raise ConfigError(
+            f"no {FILE_NAME} to convert: looked for $TORCHXCONFIG, "
+            f"{os.path.join(cwd, FILE_NAME)} and {os.path.join(home, FILE_NAME)}"
+        )
+    general: dict[str, str] = {}
+    schedulers: dict[str, dict[str, Any]] = {}
+    components: dict[str, dict[str, Any]] = {}
+    unread: list[str] = []
+    for layer in read_layers(paths):  # lowest first: later files win, as when read
+        general.update(layer.general)
+        for name, values in layer.schedulers.items():
+            schedulers.setdefault(name, {}).update(values)
+        for name, values in layer.components.items():
+            components.setdefault(name, {}).update(values)
+        unread += _unread(layer)
+    lines = [f"# converted from {', '.join(paths)} by `distspec configure --from-torchx`"]
+    headers: list[str] = []
+
+    def section(header: str, values: Mapping[str, Any]) -> None:
+        headers.append(header)
+        lines.extend(["", header])
+        lines.extend(f"{key} = {value}" for key, value in values.items())
+
+    if general:
+        section("[distspec]", general)
+    for name, values in schedulers.items():
+        if name in BUILTIN_SCHEDULERS:
+            section(f"[scheduler:{name}]", values)
+        else:
+            lines += ["", f"# [{name}]: distspec has no {name} scheduler; not converted:"]
+            lines += [f"#   {key} = {value}" for key, value in values.items()]
+    for name, values in components.items():
+        section(f"[component:{name}]", values)
+    if unread:
+        lines += ["", "# not converted (distspec has no equivalent):"]
+        lines += [f"#   {key}" for key in unread]
+    return "\n".join(lines) + "\n", headers

@@ -200,3 +200,35 @@ def test_component_defaults_in_torchx_spelling(dirs: tuple[Path, Path]) -> None:
     role = json.loads(proc.stdout)["app"]["roles"][0]
     assert role["resource"]["mem_mb"] == 2048
     assert role["env"]["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+
+
+def test_configure_from_torchx_converts_and_silences(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    (project / ".torchxconfig").write_text(TORCHX_INI + "\n[aws_batch]\nqueue = q\n")
+    (project / "train.py").write_text("")
+    printed = _cli(project, home, "configure", "--from-torchx", "-o", "-")
+    assert printed.returncode == 0, printed.stderr
+    assert "[scheduler:slurm]\npartition = debug\nmail_user = me@example.com\n" in printed.stdout
+    assert "[component:dist.ddp]\nj = 1x3\n" in printed.stdout
+    assert "#   queue = q" in printed.stdout  # aws_batch: listed, not converted
+    assert "#   [cli:run] component" in printed.stdout
+    assert not (project / ".distspecconfig").exists()
+
+    wrote = _cli(project, home, "configure", "--from-torchx")
+    assert wrote.returncode == 0, wrote.stderr
+    assert "[distspec]\nscheduler = slurm\n" in (project / ".distspecconfig").read_text()
+    again = _cli(project, home, "configure", "--from-torchx")
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert _cli(project, home, "configure", "--from-torchx", "--force").returncode == 0
+
+    run = _cli(project, home, "run", "--dryrun", "dist.ddp", "--script", "train.py")
+    assert run.returncode == 0, run.stderr
+    assert "#SBATCH --partition=debug" in run.stdout
+    assert run.stderr.strip() == "", run.stderr  # every value now comes from .distspecconfig
+
+
+def test_configure_from_torchx_without_a_file(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    proc = _cli(project, home, "configure", "--from-torchx")
+    assert proc.returncode == 2
+    assert "no .torchxconfig to convert" in proc.stderr

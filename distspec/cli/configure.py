@@ -1,4 +1,8 @@
-"""``distspec configure -s SCHED``: write a commented config section listing every option."""
+"""``distspec configure -s SCHED``: write a commented config section listing every option.
+
+``--from-torchx`` writes the sections a TorchX ``.torchxconfig`` amounts to instead
+(:func:`distspec.config_torchx.convert`).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         help="file to add the section to (default: ./.distspecconfig); '-' prints it",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing section")
+    parser.add_argument(
+        "--from-torchx",
+        action="store_true",
+        help="convert .torchxconfig ($TORCHXCONFIG, ./ and ~/) into distspec's sections "
+        "instead (docs/migrating-from-torchx.md)",
+    )
 
 
 def render_section(scheduler: str) -> str:
@@ -46,24 +56,33 @@ def main(args: argparse.Namespace) -> int:
         from distspec.cli.config import show
 
         return show()
-    if not args.scheduler:
-        raise UsageError("configure needs -s SCHEDULER (or --show)")
-    section = render_section(args.scheduler)
+    if args.from_torchx:
+        import os
+
+        from distspec.config_torchx import convert
+
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        section, headers = convert(os.getcwd(), home, os.environ)
+    elif not args.scheduler:
+        raise UsageError("configure needs -s SCHEDULER (or --show, or --from-torchx)")
+    else:
+        section = render_section(args.scheduler)
+        headers = [f"[scheduler:{args.scheduler}]"]
     if args.output == "-":
         sys.stdout.write(section)
         return 0
     path = Path(args.output)
-    header = f"[scheduler:{args.scheduler}]"
     existing = path.read_text() if path.exists() else ""
-    if header in existing.splitlines():
-        if not args.force:
-            raise UsageError(f"{path} already has {header}; use --force to replace it")
-        existing = _drop_section(existing, header)
+    for header in headers:
+        if header in existing.splitlines():
+            if not args.force:
+                raise UsageError(f"{path} already has {header}; use --force to replace it")
+            existing = _drop_section(existing, header)
     text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + section
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
-    print(f"wrote {header} to {path}")
+    print(f"wrote {', '.join(headers) or 'comments only'} to {path}")
     return 0
 
 
