@@ -143,6 +143,10 @@ class Dist:
         self._closed = True
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+        # Drop our references to the groups first: a ProcessGroup object still alive at
+        # interpreter shutdown is destroyed there, where gloo aborts the process now and
+        # then ("terminate called without an active exception", torch 2.13).
+        self.group = self.mesh = None
         if self._owns_group:
             import torch.distributed as tdist
 
