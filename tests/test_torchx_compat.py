@@ -6,6 +6,8 @@ in test_torchx_components.py and the corpus (test_torchx_corpus.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from distspec.components import torchx_compat as tc
@@ -60,3 +62,19 @@ def test_return_annotation_check_imports_nothing() -> None:
 def test_base_img_root_is_refused_with_the_equivalent() -> None:
     with pytest.raises(tc._Refusal, match=r"env\['X'\] uses \$\{base_img_root\}.*\$\{img_root\}"):
         tc._text("${base_img_root}/bin", "env['X']", [False])
+
+
+def test_a_foreign_appdef_is_named_in_the_error(tmp_path: Path) -> None:
+    from distspec.components.binder import bind
+    from distspec.components.loader import load
+    from distspec.errors import ComponentError
+
+    (tmp_path / "other.py").write_text(
+        "class AppDef:\n    pass\n\n\ndef make() -> AppDef:\n    '''A foreign AppDef.'''\n"
+        "    return AppDef()\n"
+    )
+    with pytest.raises(
+        ComponentError,
+        match=r"returned _distspec_component_other_\w+\.AppDef, not an AppDef \(distspec\.specs\.AppDef\)",
+    ):
+        bind(load(f"{tmp_path}/other.py:make"), [])

@@ -856,7 +856,7 @@ def bind(
             return torchx_compat.from_torchx(app, component.source, scheduler=scheduler)
         raise ComponentError(
             f"{component.source}: component {_label(component)!r} returned "
-            f"{torchx_compat.type_label(app)}, not an AppDef"
+            f"{torchx_compat.type_label(app)}, not an AppDef (distspec.specs.AppDef)"
         )
     return app
 
