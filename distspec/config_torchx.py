@@ -30,7 +30,9 @@ other ``[cli:*]`` key
 
 Whenever a value from ``.torchxconfig`` is used (no distspec layer sets the same
 key), :func:`warn_if_used` logs one warning line naming the file and the keys.
-``DISTSPEC_TORCHXCONFIG=off`` ignores ``.torchxconfig`` altogether.
+``distspec configure --from-torchx`` (:func:`convert`) writes the equivalent
+``.distspecconfig`` sections, which silences it; ``DISTSPEC_TORCHXCONFIG=off``
+ignores ``.torchxconfig`` altogether.
 """
 
 from __future__ import annotations
