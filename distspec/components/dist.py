@@ -35,9 +35,13 @@ FULL_NAME_METADATA = "distspec.full_name"
 #: AppDef metadata: the experiment of a TorchX-style ``--name EXPERIMENT/RUN``.
 EXPERIMENT_METADATA = "distspec.experiment"
 
-#: What ``--debug`` adds to the environment (the user's ``--env`` wins on a clash).
+#: What ``--debug`` adds to the environment (the user's ``--env`` wins on a clash):
+#: TorchX's debug flags (CUDA_LAUNCH_BLOCKING, NCCL_DESYNC_DEBUG, TORCH_DISTRIBUTED_DEBUG,
+#: TORCH_SHOW_CPP_STACKTRACES), so ``--debug`` is the same job in both tools, and more.
 DEBUG_ENV: Mapping[str, str] = FrozenDict(
     {
+        "CUDA_LAUNCH_BLOCKING": "1",
+        "NCCL_DESYNC_DEBUG": "1",
         "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
         "NCCL_DEBUG": "INFO",
         "TORCH_SHOW_CPP_STACKTRACES": "1",

@@ -185,3 +185,16 @@ def test_memMB_as_a_config_default() -> None:
 def test_valueless_dash_h_on_a_component_without_h() -> None:
     with pytest.raises(ComponentHelp):
         run("utils.echo", "-h")
+
+
+def test_debug_env_includes_torchx_debug_flags() -> None:
+    # torchx.components.dist._TORCH_DEBUG_FLAGS, written down from TorchX nightly
+    torchx = {
+        "CUDA_LAUNCH_BLOCKING": "1",
+        "NCCL_DESYNC_DEBUG": "1",
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "TORCH_SHOW_CPP_STACKTRACES": "1",
+    }
+    for component in ("dist.ddp", "dist.torchrun"):
+        env = run(component, "--script", "t.py", "--debug", "true").roles[0].env
+        assert torchx.items() <= dict(env).items()
