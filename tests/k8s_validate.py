@@ -6,7 +6,7 @@ Three layers, each catching what the one before cannot:
   Service, ...) via `kubernetes_validate` in strict mode: unknown fields, wrong
   types, missing required fields.
 * `validate_crd` -- JobSet and Volcano documents against the `openAPIV3Schema`
-  of their CustomResourceDefinitions (kept as data in `../shared/k8s-crds`),
+  of their CustomResourceDefinitions (kept as data in `tests/data/k8s-crds`),
   via `jsonschema`.
 * `check_semantics` -- what schemas do not say and the API server enforces in
   Go code: DNS names and their length limits, label syntax, resource
@@ -40,7 +40,7 @@ __all__ = [
 # wrongly require `onPodConditions` in every podFailurePolicy rule.
 MIN_VERSION = "1.29"
 
-CRD_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "k8s-crds"
+CRD_DIR = Path(__file__).resolve().parent / "data" / "k8s-crds"
 
 
 # ------------------------------------------------------------------ built-in kinds
@@ -91,7 +91,7 @@ _CRDS = {
 
 
 def crd_dir() -> Path:
-    """Where the CRD files are: `$DISTSPEC_K8S_CRDS`, else `<repo>/../shared/k8s-crds`."""
+    """Where the CRD files are: `$DISTSPEC_K8S_CRDS`, else `tests/data/k8s-crds`."""
     return Path(os.environ.get("DISTSPEC_K8S_CRDS") or CRD_DIR)
 
 
