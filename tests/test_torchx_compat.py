@@ -7,10 +7,15 @@ in test_torchx_components.py and the corpus (test_torchx_corpus.py).
 from __future__ import annotations
 
 from pathlib import Path
+from string import Template
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from distspec.components import torchx_compat as tc
+from distspec.specs import macros
+from distspec.specs.macros import Macro
 
 
 @pytest.mark.parametrize(
@@ -78,3 +83,25 @@ def test_a_foreign_appdef_is_named_in_the_error(tmp_path: Path) -> None:
         match=r"returned _distspec_component_other_\w+\.AppDef, not an AppDef \(distspec\.specs\.AppDef\)",
     ):
         bind(load(f"{tmp_path}/other.py:make"), [])
+
+
+_PIECES = ["$", "$$", "{", "}", "a", " ", ":=", "app_id", "replica_id", "img_root", "rank0_env"]
+_PIECES += ["${app_id}", "$app_id", "${replica_id}", "${img_root}", "${rank0_env}", "${HOME}", "$X"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join))
+def test_rewrite_then_distspec_substitution_equals_torchx_template(text: str) -> None:
+    """What TorchX's string.Template makes of a text equals what distspec's macros make
+    of its rewrite (or the rewrite is refused, naming why)."""
+    values = {"app_id": "APP", "replica_id": "7", "img_root": "/img"}
+    torchx = Template(text).safe_substitute(**values, rank0_env=tc.RANK0_ENV)
+    try:
+        rewritten = tc._text(text, "args[0]", [False])
+    except tc._Refusal as e:
+        assert "holds ${" in str(e)
+        return
+    ours = macros.substitute(
+        rewritten,
+        {Macro.APP_ID: "APP", Macro.REPLICA_ID: "7", Macro.IMG_ROOT: "/img"},
+    )
+    assert ours == torchx
