@@ -51,11 +51,6 @@ DEBUG_ENV: Mapping[str, str] = FrozenDict(
     }
 )
 
-_DEFAULT_CPU = 2
-_DEFAULT_GPU = 0
-_DEFAULT_MEM_MB = 1024
-
-
 def ddp(
     *script_args: str,
     script: str | None = None,
@@ -106,9 +101,9 @@ def ddp(
             script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node (2 without -h).
+        cpu: CPUs per node; without it and -h, none are requested (the cluster's default).
         gpu: GPUs per node (0 without -h).
-        mem_mb: memory per node in MiB (1024 without -h).
+        mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:NxM`` makes it
             elastic; a bare ``M`` is always one node of M processes.
         env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
@@ -206,9 +201,9 @@ def spmd(
             script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node (2 without -h).
+        cpu: CPUs per node; without it and -h, none are requested (the cluster's default).
         gpu: GPUs per node, and so processes per node (0 without -h).
-        mem_mb: memory per node in MiB (1024 without -h).
+        mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
         max_retries: how many times the scheduler reruns the job after a failure.
         max_restarts: how many times torchrun restarts a node's processes before the
@@ -488,13 +483,17 @@ def _degrees(topology: Topology, *, tp: int, pp: int, cp: int) -> dict[str, str]
 def resource_for(
     *, h: str | None, cpu: int | None, gpu: int | None, mem_mb: int | None
 ) -> Resource:
-    """The named host type ``h`` (or the plain defaults), with any of cpu/gpu/mem_mb replaced."""
+    """The named host type ``h``, with any of cpu/gpu/mem_mb replaced.
+
+    Without ``h``, what is not given stays unspecified (None; no GPUs): a backend then
+    requests no CPUs or memory of its own and the cluster's defaults apply.
+    """
     if h:
         from distspec.specs.resources import NamedResources
 
         base = NamedResources().get(h)
     else:
-        base = Resource(cpu=_DEFAULT_CPU, gpu=_DEFAULT_GPU, mem_mb=_DEFAULT_MEM_MB)
+        base = Resource()
     if cpu is None and gpu is None and mem_mb is None:
         return base
     return Resource(

@@ -96,9 +96,9 @@ def python(
         name: the job name; derived from the module or script when not given.
         num_replicas: how many copies to run.
         h: a named host type (``cpu.small``, ``gpu.large``) for each replica.
-        cpu: CPUs per replica (2 without -h).
+        cpu: CPUs per replica; without it and -h, the cluster's default.
         gpu: GPUs per replica (0 without -h).
-        mem_mb: memory per replica in MiB (1024 without -h).
+        mem_mb: memory per replica in MiB; without it and -h, the cluster's default.
         env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``.
     """

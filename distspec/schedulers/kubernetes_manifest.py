@@ -139,6 +139,11 @@ class KubernetesOptions:
         "Job directory of Python callables, an fsspec URL (s3://bucket/prefix, gs://..., "
         "any protocol the image can read): pods see <job_dir>/<app id> as $DISTSPEC_JOB_DIR.",
     )
+    unbuffered: bool = option(
+        True,
+        "Live logs: PYTHONUNBUFFERED=1 in every container (unless the role sets it), so "
+        "`distspec log -f` shows Python output as it is written; false leaves it buffered.",
+    )
 
 
 # --------------------------------------------------------------------- names
@@ -375,6 +380,8 @@ def _container(
             }
         )
     env += [{"name": k, "value": _expand(v, values)} for k, v in role.env.items()]
+    if opts.unbuffered and "PYTHONUNBUFFERED" not in role.env:
+        env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
     if opts.job_dir:
         job_dir = opts.job_dir.rstrip("/") + "/" + Macro.APP_ID.token
         env.append({"name": "DISTSPEC_JOB_DIR", "value": _expand(job_dir, values)})

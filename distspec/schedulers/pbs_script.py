@@ -114,6 +114,11 @@ class PbsOptions:
     qsub_args: tuple[str, ...] = option(
         (), "Extra qsub flags, each -X or '-X value', separated by ';' (e.g. -r y;-p 10)."
     )
+    unbuffered: bool = option(
+        True,
+        "Live logs: PYTHONUNBUFFERED=1 for every replica (unless the role sets it), so "
+        "`distspec log -f` shows Python output as it is written; false leaves it buffered.",
+    )
 
 
 # Patterns are strings compiled on first use (re caches them): a dry run pays only for
@@ -251,7 +256,8 @@ def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
             f"role {role.name!r}: devices ({names}) need resource_style=select (Torque's "
             "node spec has no custom resources)"
         )
-    spec = [f"nodes={n}", f"ppn={max(res.cpu, 1)}"]
+    # Without a CPU count, ppn is left out: Torque's own default (one) applies.
+    spec = [f"nodes={n}", *([f"ppn={res.cpu}"] if res.cpu else [])]
     if res.gpu:
         spec.append(f"gpus={res.gpu}")
     lines = [f"#PBS -l {':'.join(spec)}"]
@@ -387,6 +393,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",
         "export DISTSPEC_WORKDIR="
         + (shell_word(role.image, {}) if role.image else '"${PBS_O_WORKDIR:-$PWD}"'),
+        *(["export PYTHONUNBUFFERED=1"] if opts.unbuffered else []),
         "",
         "# The hosts: $PBS_NODEFILE lists one line per slot, so keep each host's first line",
         "# (its index is the host's vnode for pbsdsh -n). Slurm's PBS wrappers set no",
@@ -422,6 +429,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "  printf 'export %s=%q\\n' DISTSPEC_JOB_DIR \"$DISTSPEC_JOB_DIR\" DISTSPEC_APP_ID "
         '"$DISTSPEC_APP_ID" \\',
         '    DISTSPEC_WORKDIR "$DISTSPEC_WORKDIR" DISTSPEC_RANK0_HOST "$DISTSPEC_RANK0_HOST"',
+        *(["  echo 'export PYTHONUNBUFFERED=1'"] if opts.unbuffered else []),
         "  declare -f distspec_role distspec_task",
         "  echo 'distspec_task \"$@\"'",
         '} > "$DISTSPEC_TASK" || exit 1',

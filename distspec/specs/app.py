@@ -61,17 +61,25 @@ class RetryPolicy(str, enum.Enum):
 
 @frozen
 class Resource:
-    """What one replica needs. ``mem_mb`` is in MiB."""
+    """What one replica needs. ``mem_mb`` is in MiB.
 
-    cpu: int = 1
+    ``cpu`` and ``mem_mb`` are None when not specified: a backend then requests
+    none and the cluster's own default applies (Slurm's DefCpuPerGPU/DefMemPer*,
+    a PBS server's default chunk, a Kubernetes LimitRange). JSON keeps None as
+    null. ``gpu`` is always a count (0: none).
+    """
+
+    cpu: int | None = None
     gpu: int = 0
-    mem_mb: int = 1024
+    mem_mb: int | None = None
     capabilities: FrozenDict[str, str] = field(default_factory=FrozenDict)
     devices: FrozenDict[str, int] = field(default_factory=FrozenDict)
 
     def __post_init__(self) -> None:
         for name in ("cpu", "gpu", "mem_mb"):
             value = getattr(self, name)
+            if value is None and name != "gpu":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"resource {name} must be a non-negative integer, got {value!r}")
         object.__setattr__(self, "capabilities", frozendict(self.capabilities))

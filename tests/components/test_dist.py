@@ -102,8 +102,13 @@ def test_explicit_knobs_override_the_named_resource() -> None:
 
 
 def test_plain_resource_defaults() -> None:
+    # No invented CPU or memory numbers: unspecified, left to the cluster's defaults.
     r = run("dist.ddp", "--script", "t.py").roles[0].resource
-    assert (r.cpu, r.gpu, r.mem_mb) == (2, 0, 1024)
+    assert (r.cpu, r.gpu, r.mem_mb) == (None, 0, None)
+    r = run("dist.ddp", "--script", "t.py", "--gpu", "8", "-j", "1x8").roles[0].resource
+    assert (r.cpu, r.gpu, r.mem_mb) == (None, 8, None)
+    r = run("dist.ddp", "--script", "t.py", "--cpu", "4").roles[0].resource
+    assert (r.cpu, r.gpu, r.mem_mb) == (4, 0, None)
 
 
 def test_more_processes_than_gpus_is_an_error() -> None:

@@ -189,6 +189,34 @@ def test_default_flavour_shape(sched: KubernetesScheduler) -> None:
     assert rules[1]["onExitCodes"]["values"] == [2, 126, 127]
 
 
+def _container_of(request: Request) -> dict[str, Any]:
+    job = next(d for d in docs_of(request) if d["kind"] == "Job")
+    container: dict[str, Any] = job["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_unspecified_cpu_and_memory_are_not_requested(sched: KubernetesScheduler) -> None:
+    role = dataclasses.replace(ddp(1, 8).roles[0], resource=Resource(gpu=8))
+    res = _container_of(compile_(sched, AppDef(name="ddp", roles=(role,))))["resources"]
+    assert res == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    role = dataclasses.replace(role, resource=Resource(cpu=4, mem_mb=2048))
+    res = _container_of(compile_(sched, AppDef(name="ddp", roles=(role,))))["resources"]
+    assert res == {"requests": {"cpu": "4", "memory": "2048Mi"}, "limits": {"memory": "2048Mi"}}
+
+
+def test_unbuffered_by_default_unless_turned_off_or_set_by_the_role(
+    sched: KubernetesScheduler,
+) -> None:
+    def env(app: AppDef, **opts: Any) -> dict[str, str]:
+        return {
+            e["name"]: e.get("value") for e in _container_of(compile_(sched, app, **opts))["env"]
+        }
+
+    assert env(ddp(1, 8))["PYTHONUNBUFFERED"] == "1"
+    assert "PYTHONUNBUFFERED" not in env(ddp(1, 8), unbuffered="false")
+    assert env(ddp(1, 8, env={"PYTHONUNBUFFERED": ""}))["PYTHONUNBUFFERED"] == ""
+
+
 def test_rank0_host_per_flavour(sched: KubernetesScheduler) -> None:
     def endpoint(flavor: str) -> str:
         text = compile_(sched, ddp(2, 8), flavor=flavor).render()

@@ -103,12 +103,27 @@ def test_resources_map_to_select_or_nodes() -> None:
     free = _compile(_app(_role(2, 4)), place="")
     assert "#PBS -l place" not in free and "-cfg place=scatter puts each" in free
     dev = dataclasses.replace(_role(1, 1), resource=Resource(cpu=1, devices={"nvme_gb": 100}))
-    assert ":nvme_gb=100:" in _compile(_app(dev))
+    assert "#PBS -l select=1:ncpus=1:mpiprocs=1:nvme_gb=100\n" in _compile(_app(dev))
     with pytest.raises(CompileError, match="resource_style=select"):
         _compile(_app(dev), resource_style="nodes")
     bad = dataclasses.replace(_role(1, 1), resource=Resource(devices={"vpc.amazonaws.com/efa": 1}))
     with pytest.raises(CompileError, match="PBS resource name"):
         _compile(_app(bad))
+
+
+def test_unspecified_cpu_and_memory_are_left_to_the_server() -> None:
+    role = dataclasses.replace(_role(2, 4), resource=Resource(gpu=4))
+    assert "#PBS -l select=2:mpiprocs=1:ngpus=4\n" in _compile(_app(role))
+    nodes = _compile(_app(role), resource_style="nodes")
+    assert "#PBS -l nodes=2:gpus=4\n" in nodes and "mem=" not in nodes
+
+
+def test_unbuffered_output_by_default_and_off_on_request() -> None:
+    text = _compile(_app(_role(2, 4)))
+    # In the script (a one-node job runs there) and in the task file the hosts run.
+    assert "\nexport PYTHONUNBUFFERED=1\n" in text
+    assert "\n  echo 'export PYTHONUNBUFFERED=1'\n" in text
+    assert "PYTHONUNBUFFERED" not in _compile(_app(_role(2, 4)), unbuffered="false")
 
 
 def test_one_node_runs_directly_and_many_use_the_launcher() -> None:
@@ -369,6 +384,19 @@ def test_runtime_macros_are_each_tasks_own_values(tmp_path: Path, launcher: str)
     else:
         assert calls == f"mpiexec --ppn 1 /bin/bash {folder}/task.sh\n"
     assert (folder / "exit").read_text().strip() == "0"
+
+
+@pytest.mark.parametrize("launcher", ["pbsdsh", "mpiexec"])
+def test_unbuffered_reaches_the_replicas(tmp_path: Path, launcher: str) -> None:
+    role = dataclasses.replace(_dump_app([], {}).roles[0], env={"DUMP_KEYS": "PYTHONUNBUFFERED"})
+    for opts, want in (({}, "1"), ({"unbuffered": "false"}, None)):
+        job_dir = tmp_path / str(want)
+        app = AppDef(name="dump", roles=(role,))
+        proc = _run_script(
+            _compile_to(app, job_dir, launcher=launcher, **opts), tmp_path, hosts=["n0", "n1"]
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert _dump(job_dir / APP_ID, 1)["env"] == {"PYTHONUNBUFFERED": want}
 
 
 def test_one_node_runs_without_a_launcher_in_the_submit_dir(tmp_path: Path) -> None:

@@ -129,6 +129,50 @@ def test_resources_map_to_flags() -> None:
     assert re.search(r"srun [^\n]*--cpus-per-task=8", text)
 
 
+def test_the_common_case_reads_like_a_hand_written_script() -> None:
+    # One role, no retries: one srun in the foreground, none of the wait/retry machinery.
+    text = _compile(_app(_role(2, 8, gpu=8)))
+    assert len(text.splitlines()) < 40
+    assert "distspec_wait" not in text and "set -m" not in text and "declare -f" not in text
+    assert text.count("\nsrun ") == 1 and not text.rstrip().endswith("&")
+    # Several roles or retries need it, and get it.
+    for app in (
+        _app(_role(2, 8), _role(1, 1, name="reader")),
+        _app(dataclasses.replace(_role(2, 2), max_retries=1)),
+    ):
+        assert "distspec_wait" in _compile(app)
+
+
+def test_unspecified_cpu_and_memory_are_left_to_the_cluster() -> None:
+    role = dataclasses.replace(_role(2, 8), resource=Resource(gpu=8))
+    text = _compile(_app(role))
+    assert "--cpus-per-task" not in text and "--mem" not in text
+    assert "#SBATCH --gpus-per-node=8\n" in text
+
+
+def test_unbuffered_output_by_default_and_off_on_request() -> None:
+    for app in (_app(_role(2, 8)), _app(_role(2, 8), _role(1, 1, name="reader"))):
+        text = _compile(app)
+        assert "\nexport PYTHONUNBUFFERED=1\n" in text and " --unbuffered " in text
+        off = _compile(app, unbuffered="false")
+        assert "PYTHONUNBUFFERED" not in off and "--unbuffered" not in off
+    # A role's own value wins: it is exported after the script's default.
+    role = dataclasses.replace(_role(1, 1), env={"PYTHONUNBUFFERED": "0"})
+    text = _compile(_app(role))
+    assert text.index("export PYTHONUNBUFFERED=1") < text.index("export PYTHONUNBUFFERED=0")
+
+
+def test_unbuffered_reaches_the_replicas(tmp_path: Path) -> None:
+    role = dataclasses.replace(_dump_app([], {}).roles[0], env={"DUMP_KEYS": "PYTHONUNBUFFERED"})
+    for opts, want in (({}, "1"), ({"unbuffered": "false"}, None)):
+        folder = tmp_path / str(want)
+        app = AppDef(name="dump", roles=(role,))
+        proc = _run_script(_compile_to(app, folder, **opts), tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        log = (folder / "dump-42" / "r-0.log").read_text().strip().splitlines()[-1]
+        assert json.loads(log)["env"] == {"PYTHONUNBUFFERED": want}
+
+
 def test_env_is_exported_in_the_script_body_not_through_export() -> None:
     role = dataclasses.replace(_role(1, 1), env={"A": "x,y=z", "B": "it's"})
     text = _compile(_app(role))
@@ -488,7 +532,7 @@ def test_requeue_trap_runs_scontrol_requeue(tmp_path: Path) -> None:
     # Under the fake srun the task's parent is bash running the role: signal the batch
     # shell instead, as Slurm's --signal=B: does.
     text = text.replace("kill -USR1 $PPID", "kill -USR1 $FAKE_BATCH_PID")
-    text = text.replace("distspec_attempt=0\n", "export FAKE_BATCH_PID=$$\ndistspec_attempt=0\n", 1)
+    text = text.replace("#!/bin/bash\n", "#!/bin/bash\nexport FAKE_BATCH_PID=$$\n", 1)
     proc = _run_script(text, tmp_path, nodes=1)
     assert proc.returncode == 0, proc.stderr
     assert "requeueing job 42" in proc.stderr
