@@ -140,3 +140,47 @@ def test_corpus_agrees_with_torchx() -> None:
         else:
             # refused by distspec: TorchX refuses too unless the entry says why not
             assert "error" in got or entry["expect"].get("torchx_builds"), entry["id"]
+
+
+CLI_SAMPLE = [
+    "docs-torchrun-local-2x4",
+    "issue-ddp-debug-True-then-flags",
+    "slurm-echo-3-replicas",
+    "k8s-ddp-image-2x2",
+    "dist-spmd-h-gpu.large-j2",
+    "slurm-ddp-image-container",
+    "utils-binary",
+]
+
+
+@pytest.mark.parametrize(
+    "entry", [e for e in ENTRIES if e["id"] in CLI_SAMPLE], ids=lambda e: e["id"]
+)
+def test_entry_through_the_cli(entry: dict[str, Any], tmp_path: Path) -> None:
+    """A sample of the corpus through `distspec run --dryrun --json WORDS` (a subprocess):
+    the CLI's own parsing (-s, --scheduler_args, -cfg) gives the in-process outcome."""
+    from distspec.specs.app import AppDef
+
+    (tmp_path / "main.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTSPEC_", "TORCHX"))}
+    env.update(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"))
+    words = entry.get("distspec", entry["torchx"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "distspec", "run", "--dryrun", "--json", *words],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    expect = entry["expect"]
+    if "refuse" in expect:
+        assert proc.returncode == 2, proc.stdout
+        assert re.search(expect["refuse"], proc.stderr), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        app = AppDef.from_dict(json.loads(proc.stdout)["app"])
+        got = _unset_as_expected(entry, normalize(app), expect["roles"])
+        assert got == expect["roles"]
