@@ -469,6 +469,10 @@ def _volume_source(src: str) -> dict[str, Any]:
 
 #: The node label named host types carry as a capability (distspec.specs.resources).
 _INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+#: A ``--name`` the job name had to shorten (components.dist.FULL_NAME_METADATA),
+#: and the pod annotation that carries it.
+_FULL_NAME_METADATA = "distspec.full_name"
+FULL_NAME_ANNOTATION = "distspec.io/full-name"
 
 
 def _pod_template(
@@ -484,6 +488,10 @@ def _pod_template(
     container, volumes = _container(role, app, names, opts, values)
     pod_labels = {**labels, ROLE_LABEL: k8s_role(role.name)}
     annotations = {**opts.annotations, ROLE_ANNOTATION: role.name}
+    # --name EXPERIMENT/RUN (TorchX's form): the job is named RUN; the pods keep the whole name.
+    full_name = app.metadata.get(_FULL_NAME_METADATA)
+    if full_name is not None:
+        annotations[FULL_NAME_ANNOTATION] = full_name
     spec: dict[str, Any] = {"restartPolicy": "Never"}
     if subdomain:
         spec["subdomain"] = subdomain

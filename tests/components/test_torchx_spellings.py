@@ -198,3 +198,16 @@ def test_debug_env_includes_torchx_debug_flags() -> None:
     for component in ("dist.ddp", "dist.torchrun"):
         env = run(component, "--script", "t.py", "--debug", "true").roles[0].env
         assert torchx.items() <= dict(env).items()
+
+
+def test_kubernetes_pods_carry_the_full_name() -> None:
+    from distspec.schedulers.kubernetes import KubernetesScheduler
+
+    backend = KubernetesScheduler("t")
+    app = run("dist.ddp", "--name", "t5/bf16 trial", "--image", "img:1", "--script", "t.py")
+    assert app.name == "bf16-trial"
+    text = backend.compile(app, backend.parse_options({}), app_id="bf16-trial-0000abcd").render()
+    assert 'distspec.io/full-name: "t5/bf16 trial"' in text
+    plain = run("dist.ddp", "--name", "plain", "--image", "img:1", "--script", "t.py")
+    text = backend.compile(plain, backend.parse_options({}), app_id="plain-0000abcd").render()
+    assert "full-name" not in text
