@@ -53,7 +53,10 @@ def main(args: argparse.Namespace) -> int:
 
     status = make_runner().status(args.handle)
     if args.json:
-        print_json({"handle": args.handle, **status.to_dict()})
+        extra = {}
+        if args.verb == "describe":
+            extra["runtime"] = runtime_info(status.location)
+        print_json({"handle": args.handle, **status.to_dict(), **extra})
     elif args.verb == "status":
         print(status.state.value + (f": {status.msg}" if status.msg else ""))
     else:
@@ -80,6 +83,35 @@ def duration_text(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def runtime_info(location: str) -> dict[str, object] | None:
+    """What rank 0's ``distspec.runtime.init()`` recorded in the job directory, if anything.
+
+    The file is informational: unreadable or malformed means "nothing recorded".
+    """
+    import json
+    import os
+
+    if not location or "://" in location:
+        return None
+    try:
+        with open(os.path.join(location, "runtime.json"), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def runtime_text(info: dict[str, object]) -> str:
+    """``launcher=torchrun world=4 nodes=1 backend=gloo device=cpu degrees=pp=1,dp=2,...``."""
+    keys = ("launcher", "world_size", "num_nodes", "backend", "device")
+    names = {"world_size": "world", "num_nodes": "nodes"}
+    parts = [f"{names.get(k, k)}={info[k]}" for k in keys if info.get(k) is not None]
+    degrees = info.get("degrees")
+    if isinstance(degrees, dict):
+        parts.append("degrees=" + ",".join(f"{k}={v}" for k, v in degrees.items()))
+    return " ".join(parts)
+
+
 def describe_text(handle: str, status: AppStatus) -> str:
     """What ``describe`` prints: the app, then each role's command and replicas."""
     lines = [f"handle:     {handle}"]
@@ -95,6 +127,9 @@ def describe_text(handle: str, status: AppStatus) -> str:
         lines.append(f"duration:   {duration_text(status.duration)}{running}")
     if status.location:
         lines.append(f"run dir:    {status.location}")
+    info = runtime_info(status.location)
+    if info:
+        lines.append(f"runtime:    {runtime_text(info)}")
     if status.num_restarts:
         lines.append(f"restarts:   {status.num_restarts}")
     if status.ui_url:

@@ -36,6 +36,18 @@ def test_mesh_example_trains_with_dp_x_tp_through_distspec_run(tmp_path: Path) -
     # rank 0 recorded the job's runtime facts in the run directory
     (info,) = (tmp_path / "state").rglob("runtime.json")
     assert '"tp": 2' in info.read_text()
+    # ... and describe shows them
+    handle = re.search(r"local_cwd://\S+", out)
+    assert handle, out[-2000:]
+    described = subprocess.run(
+        [sys.executable, "-m", "distspec", "describe", handle.group(0)],
+        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
+        env=clean_env(DISTSPEC_STATE_DIR=str(tmp_path / "state"), HOME=str(tmp_path)),
+    )  # fmt: skip
+    assert (
+        "runtime:    launcher=torchrun world=4 nodes=1 backend=gloo device=cpu "
+        "degrees=pp=1,dp=2,cp=1,tp=2" in described.stdout
+    ), described.stdout
 
 
 def test_train_ddp_without_torchrun_is_a_world_of_one(tmp_path: Path) -> None:
