@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         "...; 'ended' for the three final ones); repeatable",
     )
     parser.add_argument("-n", "--limit", type=int, metavar="N", help="only the newest N apps")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print the handles only")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -99,6 +100,10 @@ def main(args: argparse.Namespace) -> int:
                 for h, a, submitted, ended, took in rows
             ]
         )
+        return 0
+    if args.quiet:
+        if rows:
+            print("\n".join(h for h, *_ in rows))
         return 0
     if not rows:
         print(f"no apps on {scheduler}" + (" in those states" if states else ""))

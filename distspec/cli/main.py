@@ -32,6 +32,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "prune": ("distspec.cli.prune", "delete the run directories of ended local runs"),
     "configure": ("distspec.cli.configure", "write a commented config with every run option"),
     "config": ("distspec.cli.config", "print the effective configuration and where it came from"),
+    "completion": ("distspec.cli.completion", "print a bash or zsh completion script"),
     "resources": ("distspec.cli.resources", "list the named host types for -h (TorchX's names)"),
     "launch": (
         "distspec.cli.launch",
