@@ -6,7 +6,7 @@ The mesh comes from the job's declared degrees: ``dist.ddp --tp 2`` puts
 parallel is what is left). Run it on 4 CPU processes::
 
     distspec run --wait dist.ddp -j 1x4 --tp 2 --script examples/train_mesh.py
-    torchrun --nproc_per_node 4 examples/train_mesh.py --tp 2
+    torchrun --nproc_per_node 4 examples/train_mesh.py          # tp=2 by default
 
 The model is a two-layer MLP split the Megatron way over the ``tp`` dim: the first
 layer's output features are split across the tp ranks (column parallel), the
@@ -35,7 +35,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="samples per dp rank per step")
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     parser.add_argument(
-        "--tp", type=int, default=None, help="tensor-parallel degree (default: $DISTSPEC_DEGREES)"
+        "--tp",
+        type=int,
+        default=None,
+        help="tensor-parallel degree (default: the job's $DISTSPEC_DEGREES, else 2)",
     )
     parser.add_argument("--log-every", type=int, default=50, help="print the loss every N steps")
     return parser.parse_args(argv)
@@ -45,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from distspec.runtime import init
 
-    degrees = {"tp": args.tp} if args.tp else None  # None: the job's DISTSPEC_DEGREES
+    import os
+
+    degrees = None  # None: init() reads the job's DISTSPEC_DEGREES (dist.ddp --tp N)
+    if args.tp or not os.environ.get("DISTSPEC_DEGREES"):
+        degrees = {"tp": args.tp or 2}
     with init(seed=0, degrees=degrees) as job:
-        if job.mesh is None:
-            raise SystemExit("no parallel degrees: run with --tp N or dist.ddp --tp N")
         train(args, job)
     return 0
 
