@@ -17,7 +17,7 @@ TorchX                         distspec
 =============================  ===================================================
 ``AppDef.name/roles/metadata``  the same fields (metadata values must be strings)
 ``Role.name``, ``entrypoint``,  the same fields
-``args``, ``env``, ``image``,
+``args``, ``env``,
 ``num_replicas``,
 ``min_replicas``,
 ``max_retries``, ``port_map``,
@@ -26,7 +26,11 @@ TorchX                         distspec
 ``Role.metadata``               string values kept; anything else is refused
 ``Role.workspace``              refused: distspec runs what ``--image`` (or the
                                 working directory) already holds
-``Role.overrides``              refused (deprecated in TorchX; set the field itself)
+``Role.overrides``              applied: TorchX's Role resolves them when a
+                                field is read
+``Role.image``                  kept on Kubernetes; dropped on local_cwd, Slurm
+                                and PBS, where TorchX ignores it (see
+                                :func:`from_torchx`)
 ``Resource(cpu, gpu, memMB)``   ``Resource(cpu, gpu, mem_mb)``; TorchX's
                                 ``NULL_RESOURCE`` (all ``-1``) requests nothing
                                 (``0``), as TorchX's schedulers do
@@ -130,7 +134,7 @@ def returns_torchx_appdef(fn: Any) -> bool:
 
 
 class _Refusal(Exception):
-    """A field that cannot be converted; ``where`` is filled in on the way out."""
+    """A field that cannot be converted; the message names it and the way out."""
 
 
 def from_torchx(app: Any, source: str = "", *, scheduler: str | None = None) -> AppDef:
@@ -178,11 +182,8 @@ def _role(role: Any, where: str, scheduler: str | None) -> Role:
             "bake the code into the image given with --image, or run from a shared "
             "directory on Slurm/PBS/local_cwd"
         )
-    overrides = getattr(role, "overrides", None) or {}
-    if any(not str(k).startswith("_") for k in overrides):
-        raise _Refusal(
-            f"{where}.overrides is set (deprecated in TorchX); set the Role fields themselves"
-        )
+    # Role.overrides (deprecated in TorchX) need no handling: TorchX's Role resolves
+    # them when an attribute is read, so every read below sees the overridden value.
     entrypoint = str(role.entrypoint)
     if entrypoint in ("", "<MISSING>"):
         raise _Refusal(f"{where}.entrypoint is missing; distspec's Role.entrypoint is required")
