@@ -108,13 +108,14 @@ def main(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from distspec.runtime.launch import DEFAULT_FILTERS, run_plan
+    from distspec.runtime.launch import DEFAULT_FILTERS, compile_filters, run_plan
 
+    filters = [*args.filter, *(DEFAULT_FILTERS if args.filter_common else ())]
+    compile_filters(filters)  # a bad regex is a usage mistake, also in a dry run
     plan = plan_from_args(args, os.environ)
     if plan.warning:
         print(plan.warning, file=sys.stderr)
     print(plan.render(), flush=True)
     if args.dryrun:
         return 0
-    filters = [*args.filter, *(DEFAULT_FILTERS if args.filter_common else ())]
     return run_plan(plan, filters=filters)

@@ -56,6 +56,7 @@ __all__ = [
     "Method",
     "Where",
     "command_argv",
+    "compile_filters",
     "find_allocation",
     "parse_j",
     "plan_launch",
@@ -130,6 +131,7 @@ class Allocation:
         gpus_per_host: GPUs per host the environment names, if any.
         cpus_per_host: CPUs per host (the smallest across hosts), if known.
         hostfile: the file the hosts were read from (PBS, hostfile).
+        in_step: launch itself runs inside a Slurm job step (``srun --pty bash``).
     """
 
     where: Where
@@ -139,6 +141,7 @@ class Allocation:
     gpus_per_host: int | None = None
     cpus_per_host: int | None = None
     hostfile: str | None = None
+    in_step: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,14 +171,6 @@ class LaunchPlan:
     def render(self) -> str:
         """The command as one shell-quoted line, as ``--dryrun`` prints it."""
         return shlex.join(self.argv)
-
-    def describe(self) -> str:
-        """One line: where, how, and the layout."""
-        job = f" {self.allocation.job_id}" if self.allocation.job_id else ""
-        return (
-            f"{self.allocation.where}{job}: {len(self.hosts)} host(s) x "
-            f"{self.nproc_per_host} process(es) = {self.world_size}, via {self.method}"
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -213,6 +208,21 @@ def _gpus(environ: Mapping[str, str], *counts: str) -> int | None:
         if number:
             return number
     return None
+
+
+def _slurm_tasks_per_node(environ: Mapping[str, str]) -> int | None:
+    """``SLURM_NTASKS_PER_NODE`` (``--ntasks-per-node``), else ``SLURM_TASKS_PER_NODE``
+    when it is the same on every node (``-n 4 -N 2`` gives ``2(x2)``)."""
+    explicit = _int(environ, "SLURM_NTASKS_PER_NODE")
+    if explicit or not environ.get("SLURM_NTASKS"):
+        # Without -n/--ntasks Slurm still writes SLURM_TASKS_PER_NODE (one per node),
+        # which says nothing the user asked for.
+        return explicit
+    spec = environ.get("SLURM_TASKS_PER_NODE", "")
+    counts = set(tasks_per_node(spec)) if spec else set()
+    if len(counts) != 1:
+        return None  # uneven (3,1): no single number; the default decides
+    return counts.pop() or None
 
 
 def _read_hosts(path: str, source: str, read: Callable[[str], list[str]]) -> list[str]:
@@ -284,9 +294,12 @@ def find_allocation(
             where=Where.SLURM,
             job_id=slurm_job,
             hosts=tuple(hosts),
-            slots_per_host=_int(environ, "SLURM_NTASKS_PER_NODE"),
+            slots_per_host=_slurm_tasks_per_node(environ),
             gpus_per_host=_gpus(environ, "SLURM_GPUS_ON_NODE"),
             cpus_per_host=cpus or None,
+            # A batch script and an salloc shell have no SLURM_STEP_ID; tasks of a
+            # step (srun) have one.
+            in_step=bool(environ.get("SLURM_STEP_ID")),
         )
     return Allocation(where=Where.LOCAL, gpus_per_host=_gpus(environ))
 
@@ -522,6 +535,11 @@ def _srun(alloc: Allocation, hosts: tuple[str, ...], nproc: int, *, per_node: bo
         f"--ntasks={len(hosts) * tasks_per_host}",
         f"--ntasks-per-node={tasks_per_host}",
     ]
+    if alloc.in_step:
+        # Already inside a step (`srun --pty bash`): without --overlap the new step
+        # waits forever for the CPUs that step holds; and srun would read that step's
+        # SLURM_DISTRIBUTION (cyclic for one task), so ask for blocks of ranks per node.
+        argv += ["--overlap", "--distribution=block"]
     if len(hosts) < len(alloc.hosts):
         # A step on fewer nodes than the job may land on any of them; pin it, so its
         # first node is the rank-0 host named here and by detect().
@@ -570,6 +588,21 @@ def _mpiexec(
 # 3. running it
 
 
+def compile_filters(filters: Sequence[str]) -> list[re.Pattern[str]]:
+    """The ``--filter`` regexes, compiled.
+
+    Raises:
+        UsageError: one is not a valid regex (named).
+    """
+    patterns = []
+    for text in filters:
+        try:
+            patterns.append(re.compile(text))
+        except re.error as e:
+            raise UsageError(f"--filter {text!r} is not a valid regex: {e}") from e
+    return patterns
+
+
 def run_plan(
     plan: LaunchPlan,
     *,
@@ -592,12 +625,7 @@ def run_plan(
     import signal
     import subprocess
 
-    patterns = []
-    for text in filters:
-        try:
-            patterns.append(re.compile(text))
-        except re.error as e:
-            raise UsageError(f"--filter {text!r} is not a valid regex: {e}") from e
+    patterns = compile_filters(filters)
     pipe = subprocess.PIPE if patterns else None
     try:
         proc = subprocess.Popen(

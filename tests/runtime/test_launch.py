@@ -330,3 +330,30 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_slurm_tasks_per_node_without_ntasks_per_node() -> None:
+    base = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[0-1]"}
+    # salloc -N2: Slurm writes 1(x2) although nobody asked for tasks: not a request
+    assert find_allocation({**base, "SLURM_TASKS_PER_NODE": "1(x2)"}).slots_per_host is None
+    # salloc -N2 -n4: 2(x2)
+    alloc = find_allocation({**base, "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "2(x2)"})
+    assert alloc.slots_per_host == 2
+    # -n 4 on 3 + 1: uneven, so no single number
+    uneven = {**base, "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "3,1"}
+    assert find_allocation(uneven).slots_per_host is None
+
+
+def test_inside_a_step_srun_overlaps() -> None:
+    data = fixture("slurm-salloc")
+    environ = {**data["environ"], "SLURM_STEP_ID": "0"}  # type: ignore[dict-item]
+    plan = plan_launch(["x"], environ, **injected(data, {}))  # type: ignore[arg-type]
+    assert "--overlap" in plan.argv
+    plain = plan_launch(["x"], data["environ"], **injected(data, {}))  # type: ignore[arg-type]
+    assert "--overlap" not in plain.argv
+
+
+def test_cli_bad_filter_exits_2_even_in_a_dry_run() -> None:
+    proc = _launch("--dryrun", "--filter", "(", "--", "x", env=_env())
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1].startswith("distspec launch: error: --filter '(' is not")

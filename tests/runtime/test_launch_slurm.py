@@ -4,7 +4,8 @@ Three allocations in all (the cluster has 2 nodes x 2 CPUs and is shared):
 
 - one ``salloc -N2 --ntasks-per-node=2``: the gloo all-reduce (tests/data/launch/
   allreduce.py, initialised through ``distspec.runtime.init``) with srun per process,
-  then with torchrun per node, then with rank 2 exiting 7 (launch exits 7);
+  then with torchrun per node, then from inside a job step (``srun -N1 -n1``, as an
+  ``srun --pty bash`` shell would be), then with rank 2 exiting 7 (launch exits 7);
 - one ``sbatch`` of the same size: both launchers again, from a batch script;
 - one ``salloc`` where launch gets SIGTERM while its ranks sleep: afterwards, still
   inside the allocation, ``squeue --steps`` lists no step of the job and none of the
@@ -94,6 +95,9 @@ def test_salloc_srun_torchrun_and_a_failing_rank(
             f"cd {shlex.quote(str(tmp_path))}",
             _launch(out="srun"),
             _launch("--launcher", "torchrun", out="torchrun"),
+            # From inside a step (as in `srun --pty bash`): the step's variables
+            # must not change the layout, and the new step must not wait for its CPUs.
+            shlex.join(["srun", "-N1", "-n1", "bash", "-c", _launch(out="nested")]),
             "export ALLREDUCE_FAIL_RANK=2 ALLREDUCE_FAIL_CODE=7",
             _launch(out="fail"),
         ]
@@ -111,6 +115,8 @@ def test_salloc_srun_torchrun_and_a_failing_rank(
     assert "--cpus-per-task=1 --kill-on-bad-exit=1 python " in (tmp_path / "srun.out").read_text()
     _check_2x2(tmp_path, "torchrun", "torchrun")
     assert " --rdzv_endpoint n0:" in (tmp_path / "torchrun.out").read_text()
+    _check_2x2(tmp_path, "nested", "slurm")
+    assert " --overlap --distribution=block " in (tmp_path / "nested.out").read_text()
     # srun ends the step when rank 2 exits 7, and passes its code on: so does launch.
     assert (tmp_path / "fail.rc").read_text().strip() == "7"
 
