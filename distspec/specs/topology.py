@@ -5,7 +5,12 @@ from __future__ import annotations
 from distspec.errors import TopologyError
 from distspec.specs.frozen import frozen
 
-__all__ = ["Topology"]
+__all__ = ["MAX_NODES", "MAX_NPROC_PER_NODE", "Topology"]
+
+#: Ceilings that catch a typo before it becomes a plan: more nodes than the largest
+#: machines have (about 10,000 today), more processes per node than cores on any host.
+MAX_NODES = 65536
+MAX_NPROC_PER_NODE = 1024
 
 
 def _number(text: str) -> bool:
@@ -26,6 +31,10 @@ class Topology:
             raise TopologyError(text, "the number of nodes must be at least 1")
         if self.nproc_per_node < 1:
             raise TopologyError(text, "the number of processes per node must be at least 1")
+        if self.nodes > MAX_NODES:
+            raise TopologyError(text, f"at most {MAX_NODES} nodes")
+        if self.nproc_per_node > MAX_NPROC_PER_NODE:
+            raise TopologyError(text, f"at most {MAX_NPROC_PER_NODE} processes per node")
         if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
             raise TopologyError(text, "MIN must be between 1 and the number of nodes")
 

@@ -97,3 +97,19 @@ def test_parse_accepts_exactly_the_grammar(text: str) -> None:
         assert t.min_nodes == (int(lo) if lo else None)
     else:  # grammatical but meaningless: an empty job, MIN > MAX, MIN:MAX without xM
         assert reason
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("99999999999999999999999x1", "at most 65536 nodes"),
+        ("65537x1", "at most 65536 nodes"),
+        ("1:70000x8", "at most 65536 nodes"),
+        ("2x1025", "at most 1024 processes per node"),
+        ("4096", "at most 1024 processes per node"),
+    ],
+)
+def test_absurd_sizes_are_refused_at_once(text: str, reason: str) -> None:
+    with pytest.raises(TopologyError, match=reason):
+        Topology.parse(text)
+    assert Topology.parse("65536x1024").world_size == 65536 * 1024
