@@ -10,6 +10,7 @@ Without that venv they skip, saying so. The jobs run for real on local_cwd:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -186,3 +187,86 @@ def test_unconvertible_field_exits_2_naming_it(project: Path) -> None:
     assert "torchx.specs.AppDef" in proc.stderr
     assert "roles[0].workspace" in proc.stderr and "--image" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+CONVERSIONS = """
+import json, warnings
+warnings.simplefilter("ignore")
+import torchx.specs as specs
+from distspec.components.torchx_compat import from_torchx
+from distspec.errors import ComponentError
+
+def role(**kw):
+    kw.setdefault("name", "r"); kw.setdefault("image", "/img"); kw.setdefault("entrypoint", "echo")
+    return specs.Role(**kw)
+
+def convert(r, scheduler="kubernetes"):
+    try:
+        return from_torchx(specs.AppDef(name="a", roles=[r]), scheduler=scheduler).to_dict()["roles"][0]
+    except ComponentError as e:
+        return {"error": str(e)}
+
+out = {
+    "null": convert(role()),
+    "overrides": convert(role(args=["plain"], overrides={"args": lambda: ["over"]})),
+    "mounts": convert(role(mounts=[
+        specs.BindMount(src_path="/a", dst_path="/b", read_only=True),
+        specs.VolumeMount(src="pvc", dst_path="/data"),
+        specs.DeviceMount(src_path="/dev/fuse", dst_path="/dev/fuse", permissions="rw"),
+    ])),
+    "policy": convert(role(retry_policy=specs.RetryPolicy.REPLICA, max_retries=2, num_replicas=3, min_replicas=1)),
+    "resource": convert(role(resource=specs.Resource(cpu=4, gpu=1, memMB=2048,
+        capabilities={"node.kubernetes.io/instance-type": "p3.2xlarge", "count": 2},
+        devices={"vpc.amazonaws.com/efa": 1}, tags={"t": object()}))),
+    "rank0": convert(role(args=["$${" + specs.macros.rank0_env + ":=localhost}"], env={"R": specs.macros.replica_id})),
+    "bad_metadata": convert(role(metadata={"k": 1})),
+    "img_root_slurm": convert(role(args=[specs.macros.img_root]), scheduler="slurm"),
+    "missing_entrypoint": convert(specs.Role(name="r", image="i")),
+}
+print(json.dumps(out))
+"""
+
+
+def test_conversion_of_real_torchx_objects(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTSPEC_", "TORCHX"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [str(TORCHX_PY), "-c", CONVERSIONS],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["null"]["resource"] == {
+        "cpu": None,
+        "gpu": 0,
+        "mem_mb": None,
+        "capabilities": {},
+        "devices": {},
+    }
+    assert out["null"]["image"] == "/img"  # kept on Kubernetes
+    assert out["overrides"]["args"] == ["over"]
+    assert out["mounts"]["mounts"] == [
+        {"type": "bind", "src_path": "/a", "dst_path": "/b", "read_only": True},
+        {"type": "volume", "src": "pvc", "dst_path": "/data", "read_only": False},
+        {"type": "device", "src_path": "/dev/fuse", "dst_path": "/dev/fuse", "permissions": "rw"},
+    ]
+    policy = out["policy"]
+    assert (policy["retry_policy"], policy["max_retries"]) == ("replica", 2)
+    assert (policy["num_replicas"], policy["min_replicas"]) == (3, 1)
+    assert out["resource"]["resource"] == {
+        "cpu": 4,
+        "gpu": 1,
+        "mem_mb": 2048,
+        "capabilities": {"node.kubernetes.io/instance-type": "p3.2xlarge", "count": "2"},
+        "devices": {"vpc.amazonaws.com/efa": 1},
+    }
+    assert out["rank0"]["args"] == ["${TORCHX_RANK0_HOST:=localhost}"]
+    assert out["rank0"]["env"] == {"R": "${replica_id}", "TORCHX_RANK0_HOST": "${rank0_host}"}
+    assert "roles[0].metadata['k'] is of type int" in out["bad_metadata"]["error"]
+    assert "${img_root}" in out["img_root_slurm"]["error"]
+    assert "roles[0].entrypoint is missing" in out["missing_entrypoint"]["error"]

@@ -33,7 +33,8 @@ TorchX                         distspec
                                 :func:`from_torchx`)
 ``Resource(cpu, gpu, memMB)``   ``Resource(cpu, gpu, mem_mb)``; TorchX's
                                 ``NULL_RESOURCE`` (all ``-1``) requests nothing
-                                (``0``), as TorchX's schedulers do
+                                (CPU and memory unset, no GPU), as TorchX's
+                                schedulers do
 ``Resource.capabilities``       kept, values as strings (str, int, float, bool)
 ``Resource.devices``            kept
 ``Resource.tags``               dropped: TorchX documents them as not interpreted
@@ -225,24 +226,25 @@ def _role(role: Any, where: str, scheduler: str | None) -> Role:
 
 def _resource(res: Any, where: str) -> Resource:
     cpu, gpu, mem = int(res.cpu), int(res.gpu), int(res.memMB)
-    if (cpu, gpu, mem) == (-1, -1, -1):  # torchx.specs.NULL_RESOURCE: request nothing
-        cpu = gpu = mem = 0
     for name, value in (("cpu", cpu), ("gpu", gpu), ("memMB", mem)):
-        if value < 0:
+        if value < 0 and (cpu, gpu, mem) != (-1, -1, -1):
             raise _Refusal(f"{where}.{name} is {value}; distspec needs a count >= 0")
+    # torchx.specs.NULL_RESOURCE (all -1) asks for nothing: CPU and memory unset
+    # (the cluster's default), no GPU, as TorchX's schedulers treat it.
+    null = (cpu, gpu, mem) == (-1, -1, -1)
     capabilities = {}
     for key, value in dict(res.capabilities).items():
         if not isinstance(value, (str, int, float, bool)):
             raise _Refusal(
-                f"{where}.capabilities[{key!r}] is a {type(value).__name__}; distspec's "
+                f"{where}.capabilities[{key!r}] is of type {type(value).__name__}; distspec's "
                 "Resource.capabilities holds strings"
             )
         capabilities[str(key)] = str(value)
     devices = {str(k): int(v) for k, v in dict(res.devices).items()}
     return Resource(
-        cpu=cpu,
-        gpu=gpu,
-        mem_mb=mem,
+        cpu=None if null else cpu,
+        gpu=0 if null else gpu,
+        mem_mb=None if null else mem,
         capabilities=frozendict(capabilities),
         devices=frozendict(devices),
     )
@@ -264,7 +266,9 @@ def _mount(mount: Any, where: str) -> Mount:
         return mounts.DeviceMount(
             src_path=mount.src_path, dst_path=mount.dst_path, permissions=mount.permissions
         )
-    raise _Refusal(f"{where} is a {type_label(mount)}; distspec has bind, volume and device mounts")
+    raise _Refusal(
+        f"{where} is of type {type_label(mount)}; distspec has bind, volume and device mounts"
+    )
 
 
 def _str_map(
@@ -274,7 +278,7 @@ def _str_map(
     for key, value in dict(data or {}).items():
         if not isinstance(value, str):
             raise _Refusal(
-                f"{where}[{key!r}] is a {type(value).__name__}; distspec's metadata holds strings"
+                f"{where}[{key!r}] is of type {type(value).__name__}; distspec's metadata holds strings"
             )
         out[str(key)] = (
             _text(value, f"{where}[{key!r}]", uses_rank0 or [False]) if macros else value
@@ -288,7 +292,7 @@ def _text(text: Any, where: str, uses_rank0: list[bool]) -> str:
     Sets ``uses_rank0[0]`` when ``${rank0_env}`` is used.
     """
     if not isinstance(text, str):
-        raise _Refusal(f"{where} is a {type(text).__name__}, not a string")
+        raise _Refusal(f"{where} is of type {type(text).__name__}, not a string")
     out: list[str] = []
     literal: list[str] = []  # the literal text, to check it holds no distspec macro
 
