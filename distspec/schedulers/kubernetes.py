@@ -102,6 +102,10 @@ def split_app_id(app_id: str) -> tuple[str | None, str]:
     return (ns or None), k8s_id(rest)
 
 
+#: How often a followed log looks for a replica's (next) pod.
+FOLLOW_POLL = 1.0
+
+
 @frozen(kw_only=False)
 class _Conn:
     kubeconfig: str | None = None
@@ -317,14 +321,54 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         since: float | None = None,
         follow: bool = False,
     ) -> Iterator[str]:
+        """Lines of the replica's pod (its newest attempt). With ``follow``: waits for a
+        pod that does not exist yet, and when a pod's stream ends because it *failed*
+        while the app goes on, follows the retry pod the Job controller creates for
+        the same index (restartPolicy Never: a retry is a new pod), until the app ends."""
         ns, kid, _, kube = self._locate(app_id)
         selector = f"{APP_ID_LABEL}={kid},{ROLE_LABEL}={k8s_role(role)}"
-        pods = [p for p in kube.pods(ns, selector) if _replica_index(p) == replica]
-        if not pods:
+
+        def attempts() -> list[dict[str, Any]]:
+            pods = [p for p in kube.pods(ns, selector) if _replica_index(p) == replica]
+            return sorted(pods, key=_created)
+
+        pods = attempts()
+        if not pods and not follow:
             raise AppNotFound(f"{NAME}://{app_id} {role}/{replica}")
-        pod = max(pods, key=_created)
-        name = pod["metadata"]["name"]
-        container = k8s_role(role)
+        seen: set[str] = set()
+        # Without follow (or at the start of one): the newest attempt only.
+        current = pods[-1] if pods else None
+        while True:
+            if current is None:
+                status = self.describe(app_id)
+                if status is None or status.is_terminal:
+                    return
+                time.sleep(FOLLOW_POLL)
+                pods = [p for p in attempts() if p["metadata"]["name"] not in seen]
+                current = pods[0] if pods else None
+                continue
+            name = current["metadata"]["name"]
+            seen.add(name)
+            yield from self._pod_lines(kube, ns, name, k8s_role(role), since, follow)
+            if not follow:
+                return
+            pod = next((p for p in attempts() if p["metadata"]["name"] == name), None)
+            phase = (pod or {}).get("status", {}).get("phase")
+            if phase != "Failed":
+                return  # succeeded, or ended without a retry to wait for
+            current = None  # a failed attempt: the retry (if the app goes on) is next
+
+    def _pod_lines(
+        self,
+        kube: _Kube,
+        ns: str,
+        name: str,
+        container: str,
+        since: float | None,
+        follow: bool,
+    ) -> Iterator[str]:
+        """One pod's lines; with ``follow`` until its container ends, riding out
+        dropped streams (the server repeats lines since a time: skipped by timestamp)."""
         last_ts = ""
         drops = 0
         while True:
