@@ -181,8 +181,9 @@ def spmd(
     The same torchrun launch as dist.ddp, but the topology is always stated
     (-j is required) and a bare ``-j N`` counts nodes, one process per GPU, as
     in TorchX's dist.spmd: with ``-h gpu.xlarge`` (8 GPUs) ``-j 2`` is 2 nodes of
-    8 processes. Nodes without GPUs need ``-j NxM`` (a bare N is refused, as
-    TorchX refuses it); ``NxM`` is always N nodes of M processes.
+    8 processes; ``NxM`` is always N nodes of M processes. Nodes without GPUs
+    are refused: TorchX's dist.spmd defaults to ``-h gpu.small``, distspec asks
+    for -h or --gpu rather than guess; CPU processes are dist.ddp's job.
 
     Examples::
 
@@ -191,8 +192,8 @@ def spmd(
 
     Args:
         script_args: arguments passed to the script or module unchanged.
-        j: the topology: ``N`` nodes of one process per GPU (GPU nodes only),
-            ``NxM``, or elastic ``MIN:N`` / ``MIN:NxM``.
+        j: the topology: ``N`` nodes of one process per GPU, ``NxM``, or elastic
+            ``MIN:N`` / ``MIN:NxM`` (GPU nodes only: give -h or --gpu).
         script: the program to run (a path inside the image); give this or -m.
         m: a Python module to run as with ``python -m``; give this or --script.
         image: the container image; empty runs in the scheduler's current environment.
@@ -364,6 +365,13 @@ def _topology(j: str, bare_j: _BareJ, resource: Resource, h: str | None) -> Topo
                 f"-j {j}: an elastic MIN:MAX needs xM, the processes per node (-j {j}x1)"
             )
         return Topology.parse(j)
+    if bare_j is _BareJ.NODES and not resource.gpu:
+        on = f"-h {h} has" if h else "the nodes have"
+        raise ComponentError(
+            f"dist.spmd runs one process per GPU, but {on} no GPU (TorchX's dist.spmd "
+            "defaults to -h gpu.small); give -h NAME or --gpu N, or run CPU processes "
+            f"with dist.ddp -j {j if not bare else j + 'xM'}"
+        )
     if bare and not resource.gpu:
         on = f"-h {h} has" if h else "the nodes have"
         raise ComponentError(

@@ -216,7 +216,7 @@ class NamedResources:
         return sorted({*self._builtins, *self._extra, *self._plugin_names()})
 
     def get(self, name: str) -> Resource:
-        """The resource called ``name``.
+        """The resource called ``name``, or the one name equal to it ignoring case.
 
         Raises:
             SpecError: an unknown name (with suggestions that have the GPU count the
@@ -227,9 +227,21 @@ class NamedResources:
             return self._builtins[name]
         if name in self._extra:
             return self._extra[name]()
-        for ep in self._entry_points():
+        eps = self._entry_points()
+        for ep in eps:
             if ep.name == name:
                 return self._load(ep)
+        # As in TorchX, a name that matches exactly one known name ignoring case is
+        # that name (-h GPU.Small is gpu.small); several such names are an error.
+        known = {*self._builtins, *self._extra, *(e.name for e in eps)}
+        same = sorted(n for n in known if n.lower() == name.lower())
+        if len(same) == 1:
+            return self.get(same[0])
+        if same:
+            raise SpecError(
+                f"named resource {name!r} matches {', '.join(same)} ignoring case; "
+                "write one of them exactly"
+            )
         raise SpecError(f"unknown named resource {name!r}{self.suggest(name)}")
 
     def items(self) -> Iterator[ResourceInfo]:

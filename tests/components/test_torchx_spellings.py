@@ -48,19 +48,28 @@ def test_j_means_what_torchx_means(
     assert shape(run(component, *argv, "--script", "t.py").roles[0]) == expected
 
 
+def test_bare_j_on_a_host_without_gpus_is_refused() -> None:
+    with pytest.raises(ComponentError, match=r"-j 2 counts nodes of one process per GPU.*2xM"):
+        run("dist.torchrun", "-j", "2", "-h", "aws_trn1.32xlarge", "--script", "t.py")
+
+
 @pytest.mark.parametrize(
-    ("component", "argv"),
+    "argv",
     [
-        ("dist.spmd", ["-j", "2"]),  # TorchX's default -h gpu.small is not distspec's
-        ("dist.spmd", ["-j", "2", "-h", "cpu.xlarge"]),
-        ("dist.torchrun", ["-j", "2", "-h", "aws_trn1.32xlarge"]),
+        ["-j", "2"],  # TorchX: 2 nodes of gpu.small (its default -h), which distspec won't guess
+        ["-j", "2x4"],  # TorchX: 4 processes on gpu.small's 1 GPU
+        ["-j", "1x1"],
+        ["-j", "2", "-h", "cpu.xlarge"],
+        ["-j", "2x2", "--gpu", "0"],
     ],
 )
-def test_bare_j_on_hosts_without_gpus_counts_nothing_and_is_refused(
-    component: str, argv: list[str]
-) -> None:
-    with pytest.raises(ComponentError, match=r"-j 2 counts nodes of one process per GPU.*2xM"):
-        run(component, *argv, "--script", "t.py")
+def test_spmd_without_gpus_is_refused(argv: list[str]) -> None:
+    with pytest.raises(ComponentError) as info:
+        run("dist.spmd", *argv, "--script", "t.py")
+    text = str(info.value)
+    assert "dist.spmd runs one process per GPU" in text
+    assert "TorchX's dist.spmd defaults to -h gpu.small" in text
+    assert "dist.ddp -j" in text
 
 
 def test_each_help_says_what_a_bare_j_means() -> None:

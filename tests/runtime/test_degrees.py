@@ -60,7 +60,7 @@ def _dryrun(*args: str) -> subprocess.CompletedProcess[str]:
     ("args", "message"),
     [
         (["dist.ddp", "-j", "2x8", "--tp", "3"], "tp=3 does not divide 16 processes (-j 2x8)"),
-        (["dist.spmd", "-j", "1:3x2", "--tp", "4"], "tp=4 does not divide 2 processes with 1 node(s)"),
+        (["dist.spmd", "-j", "1:3x2", "--gpu", "2", "--tp", "4"], "tp=4 does not divide 2 processes with 1 node(s)"),
         (["dist.ddp", "-j", "1x4", "--tp", "2", "--pp", "4"], "pp=4 x tp=2 = 8 does not divide 4"),
         (["dist.ddp", "-j", "1x4", "--cp", "0"], "cp=0 must be a whole number of at least 1"),
     ],

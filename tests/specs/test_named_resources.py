@@ -137,3 +137,12 @@ def test_kubernetes_selects_the_instance_type() -> None:
     )
     request = backend.compile(plain, backend.parse_options({}), app_id="t-0000abcd")
     assert "nodeSelector" not in request.render()
+
+
+def test_names_ignore_case_as_in_torchx() -> None:
+    assert NamedResources().get("GPU.Small") == NamedResources().get("gpu.small")
+    assert NamedResources().get("AWS_P4D.24XLARGE").gpu == 8
+    two = NamedResources(extra={"Box": lambda: Resource(gpu=1), "box": lambda: Resource(gpu=2)})
+    assert two.get("box").gpu == 2  # an exact name wins
+    with pytest.raises(SpecError, match="matches Box, box ignoring case"):
+        two.get("BOX")
