@@ -75,6 +75,16 @@ def test_invalid_apps_cannot_exist() -> None:
         AppDef(name="", roles=(_role(),))
     with pytest.raises(SpecError, match="non-negative"):
         Resource(cpu=-1)
+    with pytest.raises(SpecError, match="gpu must be a non-negative integer"):
+        Resource(gpu=None)  # type: ignore[arg-type]
+
+
+def test_unspecified_cpu_and_memory_are_none_and_survive_json() -> None:
+    res = Resource(gpu=8)
+    assert (res.cpu, res.mem_mb) == (None, None)
+    data = json.loads(json.dumps(res.to_dict()))
+    assert data["cpu"] is None and data["mem_mb"] is None
+    assert Resource.from_dict(data) == res
 
 
 def test_mount_strings() -> None:
