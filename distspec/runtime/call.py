@@ -40,6 +40,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from types import TracebackType
 from typing import Any
 
 __all__ = [
@@ -206,6 +207,15 @@ def _type_name(e: BaseException) -> str:
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
+def _user_frames(e: BaseException) -> TracebackType | None:
+    """``e``'s traceback without this module's own frames at its top (the user's
+    function is what the reader wants to see), unless nothing else is left."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb if tb is not None else e.__traceback__
+
+
 def _error_record(e: BaseException, phase: str, rank: int) -> dict[str, Any]:
     import cloudpickle
 
@@ -223,7 +233,7 @@ def _error_record(e: BaseException, phase: str, rank: int) -> dict[str, Any]:
         "phase": phase,
         "type": _type_name(e),
         "message": str(e),
-        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        "traceback": "".join(traceback.format_exception(type(e), e, _user_frames(e))),
         "exception": pickled,
     }
 
