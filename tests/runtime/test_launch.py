@@ -357,3 +357,43 @@ def test_cli_bad_filter_exits_2_even_in_a_dry_run() -> None:
     proc = _launch("--dryrun", "--filter", "(", "--", "x", env=_env())
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines()[-1].startswith("distspec launch: error: --filter '(' is not")
+
+
+def test_torchrun_args_for_launch() -> None:
+    from distspec.errors import ComponentError
+    from distspec.specs.topology import Topology
+    from distspec.torchrun import torchrun_args
+
+    one = Topology(nodes=1, nproc_per_node=2)
+    assert torchrun_args(one, script="python", script_args=["t.py"], no_python=True,
+                         standalone=True) == [
+        "--standalone", "--nnodes", "1", "--nproc_per_node", "2", "--max_restarts", "0",
+        "--no-python", "python", "t.py",
+    ]  # fmt: skip
+    with pytest.raises(ComponentError, match="--standalone runs one node"):
+        torchrun_args(Topology(nodes=2, nproc_per_node=1), script="x", standalone=True)
+    with pytest.raises(ComponentError, match="cannot run a module"):
+        torchrun_args(one, module="m", no_python=True)
+
+
+def test_default_filters_drop_the_noise_recorded_here() -> None:
+    import io
+
+    from distspec.runtime.launch import DEFAULT_FILTERS, _copy_lines, compile_filters
+
+    # Lines as torchrun, c10d and the job printed them in a 2x2 run on the local cluster.
+    noise = [
+        b"W1123 11:04:10.169000 22077 torch/distributed/run.py:874] \n",
+        b"W1123 11:04:10.169000 22077 torch/distributed/run.py:874] *****************************************\n",
+        b"W1123 11:04:10.169000 22077 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal performance in your application as needed. \n",
+        b"[W1123 11:03:53.359349184 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3\n",
+    ]  # fmt: skip
+    kept = [b"allreduce rank=0 world=4 host=n0 launcher=slurm sum=10\n", b"step 50 \xff loss\n"]
+
+    class Sink:
+        buffer = io.BytesIO()
+
+    sink = Sink()
+    _copy_lines(io.BytesIO(b"".join([noise[0], kept[0], *noise[1:], kept[1]])), sink,  # type: ignore[arg-type]
+                compile_filters(DEFAULT_FILTERS))  # fmt: skip
+    assert sink.buffer.getvalue() == b"".join(kept)
