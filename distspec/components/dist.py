@@ -285,7 +285,8 @@ def torchrun(
     Examples::
 
         distspec run dist.torchrun -j 2x4 --script train.py
-        distspec run -s slurm dist.torchrun -h aws_p4d.24xlarge -j 2 -m mypkg.train
+        distspec run -s slurm dist.torchrun -h gpu.xlarge -j 2 -m mypkg.train
+        distspec run -s kubernetes dist.torchrun -h aws_p4d.24xlarge -j 2 --image repo/img -m mypkg.train
 
     Args:
         script_args: arguments passed to the script or module unchanged.
