@@ -321,7 +321,10 @@ def parse_j(text: str) -> tuple[int | None, int]:
 
     stripped = text.strip()
     if stripped.startswith("x"):
-        topology = Topology.parse("1" + stripped)
+        try:
+            topology = Topology.parse("1" + stripped)
+        except TopologyError as e:
+            raise TopologyError(text, e.reason) from None
         return None, topology.nproc_per_node
     topology = Topology.parse(stripped)
     if topology.min_nodes is not None:

@@ -159,7 +159,7 @@ def test_parse_j() -> None:
     assert parse_j("2x4") == (2, 4)
     assert parse_j("x4") == (None, 4)
     assert parse_j("3") == (1, 3)
-    for bad in ("1:2x4", "2x", "abc", "0x2"):
+    for bad in ("1:2x4", "2x", "abc", "0x2", "x", "x0"):
         with pytest.raises(TopologyError):
             parse_j(bad)
 
