@@ -122,7 +122,9 @@ def main(args: argparse.Namespace) -> int:
     request = runner.dryrun(app, scheduler, cfg)
     if args.dryrun:
         if args.output:
-            for path in write_request(request, args.output):
+            job_dir = getattr(runner.scheduler(scheduler), "_job_dir", None)
+            folder = job_dir(request.options) if job_dir is not None else None
+            for path in write_request(request, args.output, job_dir=folder):
                 print(path)
         elif args.json:
             print_json(
@@ -166,10 +168,11 @@ def main(args: argparse.Namespace) -> int:
     return exit_code(runner, handle, status, time.monotonic() - began)
 
 
-def write_request(request: Any, output: str) -> list[Any]:
+def write_request(request: Any, output: str, *, job_dir: str | None = None) -> list[Any]:
     """Write the request's files to ``output`` and a ``submit.sh`` that submits them
     from the directory the dry run ran in (where the job's relative paths, such as its
-    script, are found); returns the paths written."""
+    script, are found); returns the paths written. ``job_dir`` (Slurm, PBS): the folder
+    the job writes its output to, which submit.sh creates (``submit`` would)."""
     import shlex
     from pathlib import Path
 
@@ -193,7 +196,10 @@ def write_request(request: Any, output: str) -> list[Any]:
         "# `distspec run --dryrun` ran in, so that the job finds its relative paths.\n"
         "set -euo pipefail\n"
         'here="$(cd "$(dirname "$0")" && pwd)"\n'
-        f"cd {shlex.quote(os.getcwd())}\n" + " ".join(words) + "\n"
+        + (f"mkdir -p {shlex.quote(job_dir)}\n" if job_dir else "")
+        + f"cd {shlex.quote(os.getcwd())}\n"
+        + " ".join(words)
+        + "\n"
     )
     os.chmod(script, 0o755)
     return paths
