@@ -113,9 +113,33 @@ def main(args: argparse.Namespace) -> int:
     filters = [*args.filter, *(DEFAULT_FILTERS if args.filter_common else ())]
     compile_filters(filters)  # a bad regex is a usage mistake, also in a dry run
     plan = plan_from_args(args, os.environ)
+    _log_plan(plan)
     if plan.warning:
         print(plan.warning, file=sys.stderr)
     print(plan.render(), flush=True)
     if args.dryrun:
         return 0
     return run_plan(plan, filters=filters)
+
+
+def _log_plan(plan: LaunchPlan) -> None:
+    """With ``-v``: what was found and chosen, on stderr."""
+    from distspec.cli import _shared
+
+    if not _shared.verbosity:
+        return
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="distspec %(levelname)s %(name)s: %(message)s")
+    alloc = plan.allocation
+    logging.getLogger("distspec.launch").info(
+        "%s%s: hosts %s (%d of %d), %d process(es) each, world size %d, via %s",
+        alloc.where,
+        f" job {alloc.job_id}" if alloc.job_id else "",
+        ",".join(plan.hosts),
+        len(plan.hosts),
+        len(alloc.hosts) or 1,
+        plan.nproc_per_host,
+        plan.world_size,
+        plan.method,
+    )

@@ -397,3 +397,13 @@ def test_default_filters_drop_the_noise_recorded_here() -> None:
     _copy_lines(io.BytesIO(b"".join([noise[0], kept[0], *noise[1:], kept[1]])), sink,  # type: ignore[arg-type]
                 compile_filters(DEFAULT_FILTERS))  # fmt: skip
     assert sink.buffer.getvalue() == b"".join(kept)
+
+
+def test_cli_verbose_says_what_it_found() -> None:
+    env = _env(**fixture("slurm-sbatch")["environ"])  # type: ignore[arg-type]
+    proc = _launch("-v", "--dryrun", "-j", "1x2", "--", "x", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "distspec INFO distspec.launch: slurm job 23: hosts n0 (1 of 2), 2 process(es) each, "
+        "world size 2, via srun"
+    ) in proc.stderr.splitlines()
