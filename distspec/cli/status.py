@@ -117,7 +117,7 @@ def describe_text(handle: str, status: AppStatus) -> str:
     lines = [f"handle:     {handle}"]
     lines.append(f"state:      {status.state.value}" + (f" ({status.msg})" if status.msg else ""))
     if status.native_id:
-        label = "supervisor" if handle.startswith("local_cwd://") else "scheduler id"
+        label = "supervisor" if handle.startswith("local_cwd://") else "job id"
         lines.append(f"{label + ':':<11} {status.native_id}")
     if status.submitted is not None or status.started is not None:
         lines.append(f"submitted:  {_time(status.submitted)}")

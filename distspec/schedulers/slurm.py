@@ -179,6 +179,21 @@ class _JobInfo:
     name: str = ""
     stdout: str = ""
     source: str = "scontrol"
+    #: POSIX times (of the first component) where Slurm reports them.
+    submitted: float | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+def _slurm_time(text: str) -> float | None:
+    """A POSIX time from Slurm's ``2026-11-23T11:04:15`` (local time); None for
+    ``Unknown``, ``None`` or an empty field."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        return None
 
 
 def check_image_dir(app: AppDef) -> None:
@@ -294,7 +309,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
             "--noheader",
             "--jobs",
             job_id,
-            "--format=JobID,JobName,State,ExitCode,NodeList,Reason",
+            "--format=JobID,JobName,State,ExitCode,NodeList,Reason,Submit,Start,End",
         ]
         result = self._run(argv, "sacct", ok=False)
         if result.returncode != 0:
@@ -307,11 +322,14 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         # so requeues are counted by the script instead ($SLURM_RESTART_COUNT).
         latest: dict[str, _Component] = {}
         name = ""
+        times: list[float | None] = []
         for line in result.stdout.splitlines():
             cols = line.split("|")
             if len(cols) < 6 or "." in cols[0]:
                 continue
             name = name or cols[1]
+            if not times and len(cols) >= 9:
+                times = [_slurm_time(c) for c in cols[6:9]]
             latest[cols[0]] = _Component(
                 state=_state_word(cols[2]),
                 reason=cols[5] if cols[5] != "None" else "",
@@ -321,7 +339,15 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         if not latest:
             return None  # not yet in the database: ask the controller this once
         comps = tuple(latest[k] for k in sorted(latest, key=_component_order))
-        return _JobInfo(components=comps, name=name, source="sacct")
+        submitted, started, ended = times or [None, None, None]
+        return _JobInfo(
+            components=comps,
+            name=name,
+            source="sacct",
+            submitted=submitted,
+            started=started if comps[0].state != "PENDING" else None,
+            ended=ended if comps[0].state not in ("PENDING", "RUNNING") else None,
+        )
 
     def _scontrol(self, job_id: str) -> _JobInfo | None:
         argv = ["scontrol", "show", "job", "-o", job_id]
@@ -339,10 +365,21 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         comps = []
         restarts = 0
         name = stdout = ""
+        times: list[float | None] = []
         for line in result.stdout.splitlines():
             if not line.strip():
                 continue
             f = _scontrol_fields(line)
+            if not times:
+                # EndTime of a job that has not ended is its time limit, not an end.
+                # StartTime of a pending job is an estimate.
+                word = _state_word(f.get("JobState", ""))
+                ended = word not in ("PENDING", "RUNNING", "")
+                times = [
+                    _slurm_time(f.get("SubmitTime", "")),
+                    _slurm_time(f.get("StartTime", "")) if word not in ("PENDING", "") else None,
+                    _slurm_time(f.get("EndTime", "")) if ended else None,
+                ]
             comps.append(
                 (
                     int(f.get("HetJobOffset", "0") or 0),
@@ -360,8 +397,15 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         if not comps:
             return None
         comps.sort(key=lambda c: c[0])
+        submitted, started, ended = times or [None, None, None]
         return _JobInfo(
-            components=tuple(c for _, c in comps), restarts=restarts, name=name, stdout=stdout
+            components=tuple(c for _, c in comps),
+            restarts=restarts,
+            name=name,
+            stdout=stdout,
+            submitted=submitted,
+            started=started,
+            ended=ended,
         )
 
     def _folder(self, record: JobRecord | None, info: _JobInfo | None) -> Path | None:
@@ -426,6 +470,9 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
             msg=msg,
             num_restarts=restarts,
             roles=tuple(role_status),
+            submitted=info.submitted,
+            started=info.started,
+            ended=info.ended,
         )
         return with_location(status, str(folder or ""), job_id)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from distspec.runner import Runner
+from tests.conftest import FakeCommands
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -87,3 +88,43 @@ def test_runner_run_component_and_wait_timeout(
     done = runner.run_component("utils.echo", ["--msg", "api"], "local_cwd")
     assert runner.wait(done).state.value == "SUCCEEDED"
     assert [ln.text for ln in runner.log_lines(done)] == ["api"]
+
+
+def test_slurm_describe_reports_times_from_sacct_and_scontrol(
+    fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    from datetime import datetime
+
+    from distspec.schedulers.slurm import SlurmScheduler
+
+    def at(text: str) -> float:
+        return datetime.fromisoformat(text).timestamp()
+
+    sched = SlurmScheduler(run_cmd=fake_commands, state_dir=tmp_path)
+    fake_commands.on(
+        "sacct",
+        stdout="42|train|COMPLETED|0:0|n0|None|2026-01-02T03:04:05|2026-01-02T03:04:15|"
+        "2026-01-02T03:05:15\n",
+    )
+    status = sched.describe("42")
+    assert status is not None and status.native_id == "42"
+    assert (status.submitted, status.started, status.ended) == (
+        at("2026-01-02T03:04:05"),
+        at("2026-01-02T03:04:15"),
+        at("2026-01-02T03:05:15"),
+    )
+    assert status.duration == 60.0
+    # scontrol (no accounting): a running job's EndTime is its time limit, not an end.
+    fresh = SlurmScheduler(run_cmd=fake_commands, state_dir=tmp_path)
+    fake_commands.on(
+        "sacct", returncode=1, stderr="sacct: error: Slurm accounting storage is disabled\n"
+    )
+    fake_commands.on(
+        "scontrol",
+        stdout="JobId=43 JobName=train JobState=RUNNING Reason=None ExitCode=0:0 NodeList=n0 "
+        "SubmitTime=2026-01-02T03:04:05 StartTime=2026-01-02T03:04:06 "
+        "EndTime=2026-01-03T03:04:06 StdOut=/x/train-43.out\n",
+    )
+    running = fresh.describe("43")
+    assert running is not None
+    assert (running.started, running.ended) == (at("2026-01-02T03:04:06"), None)
