@@ -374,11 +374,11 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
                 # EndTime of a job that has not ended is its time limit, not an end.
                 # StartTime of a pending job is an estimate.
                 word = _state_word(f.get("JobState", ""))
-                ended = word not in ("PENDING", "RUNNING", "")
+                over = word not in ("PENDING", "RUNNING", "")
                 times = [
                     _slurm_time(f.get("SubmitTime", "")),
                     _slurm_time(f.get("StartTime", "")) if word not in ("PENDING", "") else None,
-                    _slurm_time(f.get("EndTime", "")) if ended else None,
+                    _slurm_time(f.get("EndTime", "")) if over else None,
                 ]
             comps.append(
                 (
