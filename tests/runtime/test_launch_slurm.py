@@ -7,10 +7,11 @@ Three allocations in all (the cluster has 2 nodes x 2 CPUs and is shared):
   then with torchrun per node, then from inside a job step (``srun -N1 -n1``, as an
   ``srun --pty bash`` shell would be), then with rank 2 exiting 7 (launch exits 7);
 - one ``sbatch`` of the same size: both launchers again, from a batch script;
-- one ``salloc`` where launch gets SIGTERM while its ranks sleep: afterwards, still
-  inside the allocation, ``squeue --steps`` lists no step of the job and none of the
-  rank processes exists (the nodes are network/UTS namespaces of this machine, so
-  their processes are visible in its /proc).
+- one ``salloc`` where launch gets SIGTERM while its ranks sleep: before it,
+  ``scontrol listpids`` (run on both nodes) shows the four ranks in launch's step;
+  after it, still inside the allocation, ``squeue --steps`` lists no step,
+  ``scontrol listpids`` no process, and none of the rank pids exists (the nodes are
+  network/UTS namespaces of this machine, so their processes are in its /proc).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,51 +151,65 @@ def test_sbatch_both_launchers(tmp_path: Path, env: dict[str, str], job_name: st
     _check_2x2(tmp_path, "torchrun", "torchrun")
 
 
+# Every process of the job's steps on both nodes except this listing's own step:
+# "STEP PID" lines (scontrol listpids asks the node's slurmd, so it runs on each node).
+LISTPIDS = "srun --overlap -N2 -n2 bash -c " + shlex.quote(
+    'scontrol listpids "$SLURM_JOB_ID" | awk -v me="$SLURM_STEP_ID" \'NR > 1 && $3 != me '
+    "{print $3, $1}'"
+)
+
+
 def test_sigterm_to_launch_leaves_no_task(
     tmp_path: Path, env: dict[str, str], job_name: str
 ) -> None:
     pids = tmp_path / "pids"
     pids.mkdir()
     launch = shlex.join(["distspec", "launch", "--", "python", str(ALLREDUCE)])
-    # Inside the allocation: start launch, record its pid, wait for it; then, while
-    # the allocation still exists, list the job's steps and the rank processes alive.
+    # All inside the allocation, so that what is left is seen before salloc ends the
+    # job: start launch, wait for its four ranks, list the job's processes, SIGTERM
+    # launch, wait for it, then list steps and processes again.
     script = f"""
 cd {shlex.quote(str(tmp_path))}
 {launch} > launch.out 2> launch.err &
-echo $! > launch.pid
-wait $!
+launch_pid=$!
+for ((i = 0; i < 600; i++)); do
+  (( $(ls pids | wc -l) >= 4 )) && break
+  sleep 0.2
+done
+{LISTPIDS} > before.txt
+kill -TERM $launch_pid
+wait $launch_pid
 echo $? > launch.rc
 squeue -h --steps -j "$SLURM_JOB_ID" -o '%i %j' > steps.txt
+{LISTPIDS} > after.txt
 for f in pids/*; do
   pid=${{f##*-}}
   if [[ -e /proc/$pid ]] && [[ $(awk '{{print $3}}' /proc/$pid/stat) != Z ]]; then
     echo "$f" >> alive.txt
   fi
 done
-touch done
 """
     env = {**env, "ALLREDUCE_SLEEP": "300", "ALLREDUCE_PIDS": str(pids)}
-    salloc = subprocess.Popen(
+    proc = subprocess.run(
         ["salloc", "-N2", "--ntasks-per-node=2", "-J", job_name, "bash", "-c", script],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
     )
-    try:
-        deadline = time.monotonic() + 180
-        while len(list(pids.iterdir())) < 4:
-            assert salloc.poll() is None, (tmp_path / "launch.err").read_text()
-            assert time.monotonic() < deadline, "the four ranks never started"
-            time.sleep(0.3)
-        ranks = sorted(p.name for p in pids.iterdir())
-        assert [r.split("-")[0] for r in ranks] == ["n0", "n0", "n1", "n1"]
-        os.kill(int((tmp_path / "launch.pid").read_text()), 15)
-        salloc.wait(timeout=120)
-    finally:
-        if salloc.poll() is None:
-            salloc.kill()
-    assert (tmp_path / "done").exists(), (tmp_path / "launch.err").read_text()
+    err = proc.stderr + (tmp_path / "launch.err").read_text()
+    assert proc.returncode == 0, err
+    ranks = sorted(p.name.split("-")[0] for p in pids.iterdir())
+    assert ranks == ["n0", "n0", "n1", "n1"], err
+    # Before: the four ranks, all in step 0 (launch's srun step), seen by listpids.
+    before = (tmp_path / "before.txt").read_text().split("\n")
+    steps_before = {line.split()[0] for line in before if line.strip()}
+    assert steps_before == {"0"}, before
+    assert len([line for line in before if line.strip()]) >= 4, before
+    # After SIGTERM to launch: it failed, and no step and no process of one is left.
     assert (tmp_path / "launch.rc").read_text().strip() != "0"
     assert (tmp_path / "steps.txt").read_text().split() == [], "a job step outlived launch"
+    assert (tmp_path / "after.txt").read_text().split() == [], "processes outlived launch"
     alive = tmp_path / "alive.txt"
     assert not alive.exists(), f"rank processes still running: {alive.read_text()}"
