@@ -159,6 +159,7 @@ class Param:
     default: Any = REQUIRED
     enum_type: type[enum.Enum] | None = None
     positional: bool = False  # passed positionally (it precedes *args in the signature)
+    aliases: tuple[str, ...] = ()  # from ALIASES, unless another parameter has the name
 
     @property
     def required(self) -> bool:
@@ -170,7 +171,7 @@ class Param:
             return (f"-{self.name}",)
         dashed = self.name.replace("_", "-")
         own = (f"--{self.name}",) if dashed == self.name else (f"--{self.name}", f"--{dashed}")
-        return own + ALIASES.get(self.name, ())
+        return own + self.aliases
 
     @property
     def negative_flags(self) -> tuple[str, ...]:
@@ -387,7 +388,13 @@ def params(component: Component) -> list[Param]:
                 positional=how == "positional" and not seen_var,
             )
         )
-    return out
+    names = {p.name for p in out}
+    return [
+        replace(p, aliases=tuple(a for a in ALIASES[p.name] if a.lstrip("-") not in names))
+        if p.name in ALIASES
+        else p
+        for p in out
+    ]
 
 
 def _docstring(fn: Callable[..., Any]) -> str:
@@ -659,7 +666,9 @@ def _with_defaults(
     by_name = {p.name: p for p in ps if p.kind is not Kind.ARGS}
     out = {p.name: p for p in ps}
     for key, value in defaults.items():
-        name = _ALIASED.get(key) or key.replace("-", "_")
+        name = key.replace("-", "_")
+        if name not in by_name:
+            name = _ALIASED.get(key, name)
         p = by_name.get(name)
         if p is None:
             from distspec.specs.options import did_you_mean

@@ -220,3 +220,25 @@ def test_kubernetes_pods_carry_the_full_name() -> None:
     plain = run("dist.ddp", "--name", "plain", "--image", "img:1", "--script", "t.py")
     text = backend.compile(plain, backend.parse_options({}), app_id="plain-0000abcd").render()
     assert "full-name" not in text
+
+
+def both_spellings(mem_mb: int = 1, memMB: int = 2) -> AppDef:
+    """A component that declares TorchX's spelling itself.
+
+    Args:
+        mem_mb: one parameter.
+        memMB: another parameter, not an alias.
+    """
+    return AppDef(
+        name="t", roles=(Role(name="t", entrypoint="echo", args=(str(mem_mb), str(memMB))),)
+    )
+
+
+def test_an_alias_never_hides_a_parameter_of_that_name() -> None:
+    from distspec.components.loader import Component
+
+    comp = Component.of("both", both_spellings)
+    app = bind(comp, ["--memMB", "5", "--mem_mb", "3"])
+    assert app.roles[0].args == ("3", "5")
+    app = bind(comp, [], defaults={"memMB": "9"})
+    assert app.roles[0].args == ("1", "9")
