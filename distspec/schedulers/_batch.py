@@ -49,6 +49,7 @@ else:
     from distspec._typing import Protocol, TypeVar
 
 __all__ = [
+    "KILL_FUNCTION",
     "WAIT_FUNCTIONS",
     "BatchScheduler",
     "JobRecord",
@@ -63,6 +64,7 @@ __all__ = [
     "replica_state",
     "role_function",
     "safe_app_id",
+    "single_attempt",
     "task_function",
 ]
 
@@ -113,7 +115,14 @@ def role_function(func: str, role: Role, values: MacroValues) -> str:
     return "\n".join(lines) + "\n"
 
 
-def task_function(*, base: str, host: str, run: Sequence[str], setup: Sequence[str] = ()) -> str:
+def task_function(
+    *,
+    base: str,
+    host: str,
+    run: Sequence[str],
+    setup: Sequence[str] = (),
+    attempts: bool = True,
+) -> str:
     """``distspec_task``: runs one replica and writes its ``.host`` and ``.exit`` files.
 
     Args:
@@ -121,23 +130,44 @@ def task_function(*, base: str, host: str, run: Sequence[str], setup: Sequence[s
         host: command that prints the host's name.
         run: lines that run the replica; the last one's status is its exit code.
         setup: lines before anything is written (they may ``return`` early).
+        attempts: whether the script retries (:func:`attempt_loop`): then a task of
+            a stopped attempt must not write into the next attempt's files.
     """
     body = [
         *setup,
         f"local base={base}",
-        'local attempt=$(< "$DISTSPEC_JOB_DIR/attempt")',
+        *(['local attempt=$(< "$DISTSPEC_JOB_DIR/attempt")'] if attempts else []),
         f'{host} > "$base.host"',
         *run,
         "local code=$?",
-        "# A task of a stopped attempt that outlived its launcher (pbsdsh leaves the",
-        "# remote ones running) must not write into the next attempt's files.",
-        '[[ $(< "$DISTSPEC_JOB_DIR/attempt") == "$attempt" ]] && echo "$code" > "$base.exit"',
-        'return "$code"',
     ]
+    if attempts:
+        body += [
+            "# A task of a stopped attempt that outlived its launcher (pbsdsh leaves the",
+            "# remote ones running) must not write into the next attempt's files.",
+            '[[ $(< "$DISTSPEC_JOB_DIR/attempt") == "$attempt" ]] && echo "$code" > "$base.exit"',
+        ]
+    else:
+        body.append('echo "$code" > "$base.exit"')
+    body.append('return "$code"')
     return "distspec_task() {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
 
 
-WAIT_FUNCTIONS = """\
+KILL_FUNCTION = """\
+# distspec_kill PID...: SIGTERM to each launcher's process group (job control is on
+# while the launchers start, so each leads one), which holds what it started on this
+# host; to the launcher alone where it leads none.
+distspec_kill() {
+  local pid
+  for pid in "$@"; do
+    kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null
+  done
+}
+"""
+"""Shell function ``distspec_kill``, which the scripts' TERM traps use too."""
+
+WAIT_FUNCTIONS = (
+    """\
 # distspec_wait PID...: waits for the launchers started in the background and returns
 # 0, or the first failure's exit code after stopping the others. Each status comes from
 # `wait PID`, which bash keeps even after it reaped the process. `wait -n` only wakes
@@ -169,17 +199,11 @@ distspec_wait() {
   done
   return 0
 }
-
-# distspec_kill PID...: SIGTERM to each launcher's process group (job control is on
-# while the launchers start, so each leads one), which holds what it started on this
-# host; to the launcher alone where it leads none.
-distspec_kill() {
-  local pid
-  for pid in "$@"; do
-    kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null
-  done
-}
-
+"""
+    + "\n"
+    + KILL_FUNCTION
+    + "\n"
+    + """\
 # distspec_stop PID...: kills the launchers and waits for each, so that none is left
 # over, to write into the next attempt's files or to be counted by its wait.
 distspec_stop() {
@@ -190,8 +214,35 @@ distspec_stop() {
   done
 }
 """
+)
 """Shell functions ``distspec_wait``, ``distspec_kill`` and ``distspec_stop`` that
 :func:`attempt_loop` needs; a script defines them before the loop."""
+
+
+def single_attempt(launch: Sequence[str], *, many: bool, check: Sequence[str] = ()) -> list[str]:
+    """The script's end without retries: what :func:`attempt_loop` does once, with no
+    ``attempt`` file and no loop.
+
+    ``launch`` and ``check`` are as for :func:`attempt_loop` (indented by two; they
+    are dedented here). With ``many`` launchers the script waits with
+    ``distspec_wait`` (:data:`WAIT_FUNCTIONS`); with one, plain ``wait`` gives its
+    status (a trapped signal interrupts it, and the trap ends the script).
+    """
+
+    def dedent(lines: Sequence[str]) -> list[str]:
+        return [line.removeprefix("  ") for line in lines]
+
+    return [
+        'rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
+        "distspec_pids=()",
+        "set -m",
+        *dedent(launch),
+        "set +m",
+        'distspec_wait "${distspec_pids[@]}"' if many else 'wait "${distspec_pids[@]}"',
+        "distspec_code=$?",
+        *dedent(check),
+        'exit "$distspec_code"',
+    ]
 
 
 def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = ()) -> list[str]:

@@ -23,12 +23,14 @@ from collections.abc import Sequence
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
+    KILL_FUNCTION,
     WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
     check_rank0_host,
     rank0_host_word,
     role_function,
+    single_attempt,
     task_function,
 )
 from distspec.schedulers._common import MacroValues, ShellExpr, shell_word
@@ -300,7 +302,7 @@ def _macro_values(role: Role) -> MacroValues:
     }
 
 
-def _task(role: Role) -> str:
+def _task(role: Role, *, attempts: bool) -> str:
     return (
         "# One replica. $1 is its id (pbsdsh, direct), or empty: then the MPI launcher's rank\n"
         "# (MPICH/Intel MPI: PMI_RANK, Cray PALS: PALS_RANKID, Open MPI: OMPI_COMM_WORLD_RANK,\n"
@@ -320,6 +322,7 @@ def _task(role: Role) -> str:
         base='"$DISTSPEC_JOB_DIR"/' + shell_word(role.name, {}) + "-$id",
         host="hostname",
         run=['cd "$DISTSPEC_WORKDIR" || return 1', 'distspec_role >> "$base.log" 2>&1 < /dev/null'],
+        attempts=attempts,
     )
 
 
@@ -421,7 +424,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "",
         "# The role's command, run by every task: $DISTSPEC_REPLICA_ID is the task's own id.",
         role_function("distspec_role", role, _macro_values(role)),
-        _task(role),
+        _task(role, attempts=retries > 0),
         "# The task file every host runs (the spooled script is only on this host).",
         'export DISTSPEC_TASK="$DISTSPEC_JOB_DIR/task.sh"',
         "{",
@@ -434,12 +437,22 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "  echo 'distspec_task \"$@\"'",
         '} > "$DISTSPEC_TASK" || exit 1',
         "",
-        WAIT_FUNCTIONS,
-        _TRAPS,
-        "# A failed attempt is retried max_retries times; each attempt clears the previous",
-        "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
-        "# files decide the script's exit code.",
     ]
+    # Several launchers (pbsdsh, one per host) need distspec_wait, which stops the
+    # others when one fails; one launcher (mpiexec, or none) needs only `wait`.
+    many = n > 1 and opts.launcher is Launcher.PBSDSH
+    out += [WAIT_FUNCTIONS if many or retries else KILL_FUNCTION, _TRAPS]
+    if retries:
+        out += [
+            "# A failed attempt is retried max_retries times; each attempt clears the previous",
+            "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
+            "# files decide the script's exit code.",
+        ]
+    else:
+        out.append(
+            "# Launchers do not all return their tasks' codes: the .exit files decide the "
+            "exit code."
+        )
     check = [
         "  distspec_missing=0",
         f"  for ((i = {n} - 1; i >= 0; i--)); do",
@@ -456,5 +469,8 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "    (( distspec_code == 0 )) && distspec_code=1",
         "  fi",
     ]
-    out += attempt_loop(_launch_lines(role, opts), retries, check=check)
+    if retries:
+        out += attempt_loop(_launch_lines(role, opts), retries, check=check)
+    else:
+        out += single_attempt(_launch_lines(role, opts), many=many, check=check)
     return "\n".join(out) + "\n"

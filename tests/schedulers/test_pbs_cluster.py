@@ -129,7 +129,20 @@ def test_qdel_cancels_a_running_job(sched: PbsScheduler) -> None:
     sched.cancel(job)  # cancelling an ended job is a no-op
 
 
-def test_two_nodes_through_the_wrappers_mpiexec(sched: PbsScheduler) -> None:
+def test_two_nodes_through_the_wrappers_mpiexec(
+    sched: PbsScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `mpiexec` on PATH may be MPICH's or Open MPI's (Debian's alternatives pick the
+    # last installed): put the wrappers' own first. The job gets this PATH through -V.
+    wrapper = Path("/usr/bin/mpiexec.slurm")
+    if not wrapper.exists():
+        pytest.skip("Slurm's mpiexec wrapper (/usr/bin/mpiexec.slurm) is not installed")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # A script, not a link: the wrapper runs the srun beside its own path.
+    (bin_dir / "mpiexec").write_text(f'#!/bin/sh\nexec {wrapper} "$@"\n')
+    (bin_dir / "mpiexec").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     app = _bash(
         "two",
         'echo "replica $1 on $(hostname) rank0 $2"; exit $(( $1 == 1 ? 5 : 0 ))',
