@@ -69,7 +69,8 @@ def test_hand_written_hostfile_runs_mpich(tmp_path: Path, mpich_path: str) -> No
     proc = subprocess.run(
         [str(BIN / "distspec"), "launch", "--hostfile", str(hostfile), "--", "python",
          str(ALLREDUCE)],
-        env=_env(mpich_path),
+        # NCPUS (PBS Pro sets it) makes launch bind each rank to NCPUS / 2 cores.
+        env={**_env(mpich_path), "NCPUS": "2"},
         capture_output=True,
         text=True,
         timeout=180,
@@ -77,7 +78,8 @@ def test_hand_written_hostfile_runs_mpich(tmp_path: Path, mpich_path: str) -> No
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[0] == (
-        f"mpiexec -n 2 -ppn 2 --hostfile {hostfile} -genv MASTER_ADDR localhost python {ALLREDUCE}"
+        f"mpiexec -n 2 -ppn 2 --hostfile {hostfile} -bind-to core:1 -genv MASTER_ADDR localhost "
+        f"python {ALLREDUCE}"
     )
     host = os.uname().nodename
     assert _results(proc.stdout) == [(0, 2, host, "mpich", 3), (1, 2, host, "mpich", 3)]
