@@ -51,6 +51,7 @@ DEBUG_ENV: Mapping[str, str] = FrozenDict(
     }
 )
 
+
 def ddp(
     *script_args: str,
     script: str | None = None,
