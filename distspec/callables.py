@@ -57,6 +57,8 @@ R = TypeVar("R")
 
 #: How many log lines a "died without a result" error quotes.
 TAIL_LINES = 20
+#: Phases in which a rank fails because of a peer (see distspec.runtime.call).
+_PEER_PHASES = ("init", "finish")
 
 
 class _RemoteTraceback(Exception):
@@ -393,17 +395,25 @@ class Job:
 
         records = [self._read(rank) for rank in range(self.world_size)]
         errors = [r for r in records if r is not None and not r["ok"]]
-        if errors:
-            # The root cause: a rank's own failure before one caused by a peer's
-            # (in init or the final barrier), then the earliest.
-            first = min(errors, key=lambda r: (r["phase"] in ("init", "finish"), float(r["time"])))
-            raise _remote_error(first, self.handle)
+        # The root cause, in this order: a rank's own exception; a rank that died
+        # without a result (or a cancel); a failure caused by a peer's (in init or in
+        # the final barrier: a peer that raised or died). The earliest of each kind.
+        own = [r for r in errors if r["phase"] not in _PEER_PHASES]
+        if own:
+            raise _remote_error(min(own, key=lambda r: float(r["time"])), self.handle)
         missing = [rank for rank, r in enumerate(records) if r is None]
-        if not missing:
-            return [r["value"] for r in records if r is not None]
-        if status.state is AppState.CANCELLED:
+        if missing and status.state is AppState.CANCELLED:
             raise RemoteError(f"{self.handle} was cancelled", rank=missing[0])
-        raise self._died(status, missing)
+        peer = (
+            _remote_error(min(errors, key=lambda r: float(r["time"])), self.handle)
+            if errors
+            else None
+        )
+        if missing:
+            raise self._died(status, missing) from peer
+        if peer is not None:
+            raise peer
+        return [r["value"] for r in records if r is not None]
 
     def _died(self, status: AppStatus, missing: list[int]) -> RemoteError:
         from distspec.specs.state import AppState
