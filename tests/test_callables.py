@@ -199,6 +199,43 @@ def test_cancel_mid_run_leaves_no_process(tmp_path: Path) -> None:
         job.result()
 
 
+def test_ctrl_c_while_waiting_cancels_the_job(tmp_path: Path) -> None:
+    code = (
+        "import os, sys, time\n"
+        "import distspec\n"
+        "def sleeper(directory):\n"
+        "    from distspec.runtime import current\n"
+        "    with open(os.path.join(directory, f'pid.{current().rank}'), 'w') as f:\n"
+        "        f.write(str(os.getpid()))\n"
+        "    time.sleep(600)\n"
+        "job = distspec.submit(sleeper, sys.argv[1], j='1x2')\n"
+        "print(job.handle, flush=True)\n"
+        "job.result()\n"
+    )
+    proc = subprocess.Popen(
+        [PYTHON, "-c", code, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        handle = proc.stdout.readline().strip()
+        app_id = handle.rsplit("/", 1)[1]
+        _until(lambda: len(list(tmp_path.glob("pid.*"))) == 2, "both ranks to start")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert f"distspec: cancelling {handle}" in err
+    assert "KeyboardInterrupt" in err
+    assert _job_processes(app_id) == []
+    assert Job.from_handle(handle).status().state.value == "CANCELLED"
+
+
 def test_decorator_call_and_submit() -> None:
     @distspec.distributed(j="1x2")
     def add(a: int, b: int) -> int:
