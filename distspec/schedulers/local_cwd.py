@@ -446,11 +446,38 @@ class LocalScheduler(Scheduler[LocalOptions]):
         """Lines of ``logs/<role>-<replica>.log`` (stdout and stderr in the order they
         arrived, plus the supervisor's ``distspec:`` notes on each attempt). With
         ``follow``, ends once the replica is terminal and its log is drained."""
-        import time
+        import select
+
+        from distspec.schedulers.local_supervisor import ALIVE_FIFO
 
         path = self.run_dir(app_id) / "logs" / log_file_name(role, replica, "log")
         if self._read_state(app_id) is None:
             return
+        # While following, pause on the supervisor's alive.fifo rather than sleeping:
+        # its hang-up at the end of the run wakes the reader at once for its last read.
+        alive = _open_alive(self.run_dir(app_id) / ALIVE_FIFO) if follow else None
+        poller = select.poll()
+        if alive is not None:
+            poller.register(alive, select.POLLIN)
+        try:
+            yield from self._follow_file(app_id, role, replica, path, since, follow, alive, poller)
+        finally:
+            if alive is not None:
+                os.close(alive)
+
+    def _follow_file(
+        self,
+        app_id: str,
+        role: str,
+        replica: int,
+        path: Path,
+        since: float | None,
+        follow: bool,
+        alive: int | None,
+        poller: Any,
+    ) -> Iterator[str]:
+        import time
+
         pending = b""
         pos = 0
         while True:
@@ -471,7 +498,11 @@ class LocalScheduler(Scheduler[LocalOptions]):
                     yield parsed[1]
             if done:
                 return
-            time.sleep(FOLLOW_INTERVAL)
+            if alive is None:
+                time.sleep(FOLLOW_INTERVAL)
+            elif poller.poll(FOLLOW_INTERVAL * 1000):
+                poller.unregister(alive)  # hung up: the run has ended (or its supervisor)
+                alive = None
 
     def _replica_done(self, app_id: str, role: str, replica: int) -> bool:
         data = self._checked_state(app_id)
