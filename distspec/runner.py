@@ -282,12 +282,24 @@ class Runner:
         status = sched.describe(h.app_id)
         if status is None:
             raise AppNotFound(h.format())
-        targets = [
-            (rs.role, r.id)
-            for rs in status.roles
-            for r in rs.replicas
-            if (role is None or rs.role == role) and (replica is None or r.id == replica)
-        ]
+
+        def matching(status: AppStatus) -> list[tuple[str, int]]:
+            return [
+                (rs.role, r.id)
+                for rs in status.roles
+                for r in rs.replicas
+                if (role is None or rs.role == role) and (replica is None or r.id == replica)
+            ]
+
+        targets = matching(status)
+        # Following a job whose replicas the scheduler does not list yet (Kubernetes
+        # before its pods exist): wait for them, or for the end.
+        while follow and not targets and not status.is_terminal and not status.roles:
+            import time
+
+            time.sleep(1.0)
+            status = sched.describe(h.app_id) or status
+            targets = matching(status)
         if not targets:
             known = ", ".join(f"{rs.role}/{r.id}" for rs in status.roles for r in rs.replicas)
             raise UsageError(
