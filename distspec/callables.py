@@ -33,7 +33,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from distspec.errors import CallableError, RemoteError, UsageError
 
@@ -52,8 +52,6 @@ __all__ = [
     "distributed",
     "submit",
 ]
-
-R = TypeVar("R")
 
 #: How many log lines a "died without a result" error quotes.
 TAIL_LINES = 20
@@ -311,8 +309,7 @@ class Job:
     def cancel(self) -> None:
         """Stop every rank (nothing of the job is left running once this returns on
         local_cwd; batch schedulers and Kubernetes stop it asynchronously)."""
-        status = self._status if self._status is not None else None
-        if status is not None and status.is_terminal:
+        if self._status is not None and self._status.is_terminal:
             return
         self.runner.cancel(self.handle)
         self._status = None
