@@ -271,6 +271,7 @@ def test_help_lists_launch_without_importing_it() -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_local_fallback_warns_then_runs_two_processes() -> None:
     proc = _launch("-j", "1x2", "--filter", r"rank=1 ", "--", "python", str(ALLREDUCE), env=_env())
     assert proc.returncode == 0, proc.stderr
@@ -289,6 +290,7 @@ def test_local_fallback_warns_then_runs_two_processes() -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_local_failing_rank_exit_code_and_sigterm(tmp_path: Path) -> None:
     env = _env(ALLREDUCE_FAIL_RANK="1", ALLREDUCE_FAIL_CODE="7")
     proc = _launch("-j", "2", "--", "python", str(ALLREDUCE), env=env)
