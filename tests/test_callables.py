@@ -76,7 +76,7 @@ def tensor_sum(dist: Dist) -> Any:
     import torch.distributed as td
 
     t = torch.tensor([float(dist.rank + 1)])
-    td.all_reduce(t)
+    td.all_reduce(t, group=dist.group)
     return t
 
 
@@ -131,7 +131,9 @@ def test_closure_with_dist_gives_every_rank_in_order_and_per_rank_logs() -> None
 def test_function_returning_a_tensor_after_an_all_reduce() -> None:
     import torch
 
-    value = distspec.submit(tensor_sum, j="1x2", seed=0).result()
+    # groups, seed, timeout and backend all travel to the workers' init().
+    job = distspec.submit(tensor_sum, j="1x2", seed=0, groups=[[0, 1]], timeout=60, backend="gloo")
+    value = job.result()
     assert isinstance(value, torch.Tensor)
     assert value.tolist() == [3.0]
 

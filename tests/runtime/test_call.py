@@ -87,6 +87,19 @@ def test_kubernetes_without_job_dir_is_refused_before_submitting(state_dir: Path
         distspec.submit(square_rank, 1, scheduler="kubernetes", options={"image": "img"})
 
 
+def test_kubernetes_job_dir_this_machine_cannot_write_is_refused(state_dir: Path) -> None:
+    import distspec
+
+    with pytest.raises(CallableError, match="cannot write the function to the job directory"):
+        distspec.submit(
+            square_rank,
+            1,
+            scheduler="kubernetes",
+            cfg={"job_dir": "nosuchprotocol://bucket/prefix"},
+            options={"image": "img"},
+        )
+
+
 def test_pod_command_with_a_file_url_job_dir(state_dir: Path, tmp_path: Path) -> None:
     url = f"file://{tmp_path}/bucket"
     call = compile_call(
