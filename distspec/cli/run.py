@@ -314,12 +314,12 @@ def _detach(runner: Runner, handle: AppHandle, *, second_chance: bool) -> None:
     )
     if not second_chance:
         return
-    print(
-        f"distspec: press Ctrl-C again within {SECOND_INTERRUPT_WINDOW:g} s to cancel it now",
-        file=err,
-        flush=True,
-    )
-    try:
+    try:  # before the prompt: a Ctrl-C right after it must find the handler in place
+        print(
+            f"distspec: press Ctrl-C again within {SECOND_INTERRUPT_WINDOW:g} s to cancel it now",
+            file=err,
+            flush=True,
+        )
         time.sleep(SECOND_INTERRUPT_WINDOW)
     except KeyboardInterrupt:
         print(f"distspec: cancelling {handle}", file=err, flush=True)

@@ -1,16 +1,19 @@
 """Ctrl-C during ``run --wait``, per backend: local_cwd cancels (tested in
 test_follow.py on a pty and in the local_cwd job tests for SIGTERM); on Slurm — the
-real local cluster — a first Ctrl-C detaches and says how to follow or cancel, a
-second one cancels, and ``--cancel-on-interrupt`` cancels at once.
+real local cluster — and on PBS — through Slurm's PBS wrappers (qsub/qstat/qdel) on
+that cluster, the narrowest stand-in for a PBS server here — a first Ctrl-C detaches
+and says how to follow or cancel, a second one cancels, and
+``--cancel-on-interrupt`` cancels at once.
 
-PBS and Kubernetes share the code path (every backend but local_cwd detaches); no
-PBS server or Kubernetes controller runs here, so they are not run end to end.
+Kubernetes takes the same code path (every backend but local_cwd detaches); no
+Kubernetes controller runs here to run it end to end.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,13 +33,17 @@ pytestmark = pytest.mark.slurm
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-def cluster() -> None:
+@pytest.fixture(params=["slurm", "pbs"])
+def cluster(request: pytest.FixtureRequest) -> str:
+    """The scheduler to test, with the cluster up (or a skip with the reason)."""
     reason = slurm_cluster_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
     if not cluster_is_up():
         require_slurm_cluster()
+    if request.param == "pbs" and shutil.which("qsub") is None:
+        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
+    return str(request.param)
 
 
 @pytest.fixture
@@ -48,12 +55,17 @@ def waiters() -> Iterator[list[tuple[subprocess.Popen[str], list[str]]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for job in re.findall(r"slurm://\S+/(\d+)", "".join(seen)):
-            subprocess.run(["scancel", job], capture_output=True, check=False)
+        for handle in set(re.findall(r"(?:slurm|pbs)://\S+", "".join(seen))):
+            subprocess.run(
+                [str(BIN / "distspec"), "cancel", handle], capture_output=True, check=False
+            )
 
 
 def start(
-    tmp_path: Path, waiters: list[tuple[subprocess.Popen[str], list[str]]], *extra: str
+    sched: str,
+    tmp_path: Path,
+    waiters: list[tuple[subprocess.Popen[str], list[str]]],
+    *extra: str,
 ) -> tuple[subprocess.Popen[str], list[str]]:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     proc = subprocess.Popen(
@@ -61,7 +73,7 @@ def start(
             str(BIN / "distspec"),
             "run",
             "-s",
-            "slurm",
+            sched,
             "--wait",
             "--log",
             *extra,
@@ -95,7 +107,7 @@ def finish(proc: subprocess.Popen[str], seen: list[str]) -> tuple[int, str, str]
     seen.append(proc.stdout.read())
     code = proc.wait(timeout=60)
     out = "".join(seen)
-    handle = re.search(r"slurm://\S+", out)
+    handle = re.search(r"(?:slurm|pbs)://\S+", out)
     assert handle, out
     return code, out, handle.group(0)
 
@@ -122,10 +134,10 @@ def settled(handle: str, cwd: Path) -> str:
     return now
 
 
-def test_first_ctrl_c_detaches_from_a_slurm_job(
-    cluster: None, state_dir: Path, tmp_path: Path, waiters: list
+def test_first_ctrl_c_detaches_from_a_batch_job(
+    cluster: str, state_dir: Path, tmp_path: Path, waiters: list
 ) -> None:
-    proc, seen = start(tmp_path, waiters)
+    proc, seen = start(cluster, tmp_path, waiters)
     proc.send_signal(signal.SIGINT)
     code, out, handle = finish(proc, seen)
     assert code == 130, out
@@ -135,10 +147,10 @@ def test_first_ctrl_c_detaches_from_a_slurm_job(
     assert state(handle, tmp_path) == "RUNNING"
 
 
-def test_second_ctrl_c_cancels_a_slurm_job(
-    cluster: None, state_dir: Path, tmp_path: Path, waiters: list
+def test_second_ctrl_c_cancels_a_batch_job(
+    cluster: str, state_dir: Path, tmp_path: Path, waiters: list
 ) -> None:
-    proc, seen = start(tmp_path, waiters)
+    proc, seen = start(cluster, tmp_path, waiters)
     proc.send_signal(signal.SIGINT)
     read_until(proc, seen, "press Ctrl-C again")
     proc.send_signal(signal.SIGINT)
@@ -148,10 +160,10 @@ def test_second_ctrl_c_cancels_a_slurm_job(
     assert settled(handle, tmp_path) == "CANCELLED"
 
 
-def test_cancel_on_interrupt_cancels_a_slurm_job_at_once(
-    cluster: None, state_dir: Path, tmp_path: Path, waiters: list
+def test_cancel_on_interrupt_cancels_a_batch_job_at_once(
+    cluster: str, state_dir: Path, tmp_path: Path, waiters: list
 ) -> None:
-    proc, seen = start(tmp_path, waiters, "--cancel-on-interrupt")
+    proc, seen = start(cluster, tmp_path, waiters, "--cancel-on-interrupt")
     proc.send_signal(signal.SIGINT)
     code, out, handle = finish(proc, seen)
     assert code == 130, out
