@@ -554,6 +554,7 @@ def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> Re
             reason = reason or (cstate["waiting"].get("reason") or "")  # ImagePullBackOff
     if reason == "Completed":
         reason = ""
+    meta = pod["metadata"]
     return ReplicaStatus(
         role=role,
         id=index,
@@ -562,6 +563,9 @@ def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> Re
         exit_code=exit_code,
         reason=reason,
         restarts=restarts,
+        # The log of a pod is the API's: what `kubectl logs` names.
+        log=f"pod/{meta['name']} (namespace {meta.get('namespace', 'default')})",
+        started=_parse_time(status["startTime"]) if status.get("startTime") else None,
     )
 
 

@@ -72,3 +72,15 @@ def test_follow_waits_for_a_pod_that_is_not_there_yet(
 
     threading.Thread(target=scheduler_creates_it, daemon=True).start()
     assert list(sched.log_iter(app_id, "trainer", 0, follow=True)) == ["late hello"]
+
+
+def test_describe_names_the_job_and_each_replicas_pod(
+    sched: KubernetesScheduler, api: FakeApiServer
+) -> None:
+    app_id = sched.submit(compile_(sched, 2))
+    status = sched.describe(app_id)
+    assert status is not None
+    assert status.native_id == f"{NS}/ddp-1a2b3c4d"
+    assert status.submitted is not None
+    logs = [r.log for r in status.roles[0].replicas]
+    assert logs == [f"pod/{pod_of(api, i)} (namespace {NS})" for i in (0, 1)]
