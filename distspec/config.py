@@ -147,6 +147,14 @@ class Config:
             merged.update(layer.components.get(component, {}))
         return merged
 
+    def component_source(self, component: str, key: str) -> str:
+        """``file:line`` of the default for ``key`` of ``component`` that takes effect."""
+        found = ""
+        for layer in self.layers:
+            if key in layer.components.get(component, {}):
+                found = layer.where(f"component:{component}", key)
+        return found
+
     def where(self, source: str, section: str, key: str) -> str:
         """``file:line`` (or the variable) of ``key`` in ``section`` of the layer
         ``source`` names, for error messages."""

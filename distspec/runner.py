@@ -25,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from distspec.components.loader import Component
     from distspec.config import Config
     from distspec.schedulers._registry import SchedulerRegistry
     from distspec.schedulers.api import AppSummary, CommandRunner, Request, Scheduler
@@ -185,22 +186,54 @@ class Runner:
                 (``--help`` among ``args`` is also refused: there is no terminal to show it).
             UsageError: any other usage mistake (unknown scheduler or option, ...).
         """
-        from distspec.components.binder import ComponentHelp, bind
+        from distspec.components.binder import ComponentHelp
         from distspec.components.loader import load
         from distspec.errors import ComponentError
 
         loaded = load(component)
+        scheduler = scheduler or self.config.scheduler
         try:
-            app = bind(
-                loaded,
-                list(args),
-                defaults=self.config.component_defaults(loaded.name),
-                prog=f"distspec run {component}",
-                scheduler=scheduler or self.config.scheduler,
-            )
+            app = self.bind(loaded, args, prog=f"distspec run {component}", scheduler=scheduler)
         except ComponentHelp:
             raise ComponentError(f"{component}: --help asks for help text, not a job") from None
-        return self.run(app, scheduler or self.config.scheduler, cfg)
+        return self.run(app, scheduler, cfg)
+
+    def bind(
+        self,
+        component: Component,
+        args: Sequence[str],
+        *,
+        prog: str = "distspec run",
+        scheduler: str | None = None,
+    ) -> AppDef:
+        """``component`` bound to CLI-style ``args`` over the config's defaults for it
+        (``scheduler``: the backend it is for, as the binder takes it).
+
+        Raises:
+            ComponentHelp: ``args`` ask for ``--help`` (its ``text`` is the help).
+            ConfigError: a config default does not bind; names its file and line.
+            UsageError: ``args`` do not bind.
+        """
+        from distspec.components.binder import bind
+
+        argv = list(args)
+        defaults = self.config.component_defaults(component.name)
+        try:
+            return bind(component, argv, defaults=defaults, prog=prog, scheduler=scheduler)
+        except UsageError as e:
+            if not defaults:
+                raise
+            try:  # the arguments alone: their own mistake, or the config's?
+                bind(component, argv, prog=prog, scheduler=scheduler)
+            except UsageError:
+                raise e from None
+            for key, value in defaults.items():
+                try:
+                    bind(component, argv, defaults={key: value}, prog=prog, scheduler=scheduler)
+                except UsageError:
+                    source = self.config.component_source(component.name, key)
+                    raise ConfigError(str(e), source=source) from None
+            raise
 
     def _resolve(self, handle: AppHandle | str) -> tuple[AppHandle, Scheduler[Any]]:
         if isinstance(handle, str):

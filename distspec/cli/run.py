@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from distspec.cli._shared import make_runner, print_json
-    from distspec.components.binder import ComponentHelp, bind
+    from distspec.components.binder import ComponentHelp
     from distspec.components.loader import load
     from distspec.errors import UsageError
     from distspec.specs.options import parse_cfg
@@ -109,10 +109,9 @@ def main(args: argparse.Namespace) -> int:
         cfg.update(parse_cfg(text))
     component = load(args.component)
     try:
-        app = bind(
+        app = runner.bind(
             component,
             args.component_args,
-            defaults=runner.config.component_defaults(component.name),
             prog=f"distspec run {args.component}",
             scheduler=scheduler,
         )

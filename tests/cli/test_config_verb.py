@@ -52,3 +52,20 @@ def test_verbose_and_log_level_log_to_stderr(tmp_path: Path, state_dir: Path) ->
 
 def _app_id(plan: str) -> str:
     return str(json.loads(plan)["app_id"])
+
+
+def test_bad_component_default_names_file_and_line(tmp_path: Path, state_dir: Path) -> None:
+    cfg = tmp_path / ".distspecconfig"
+    cfg.write_text("[component:dist.ddp]\nj = 1x2\n\nnodez = 3\n")
+    bad = distspec("run", "--dryrun", "dist.ddp", "--script", "x.py", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(f"distspec run: error: {cfg}:4: default 'nodez'"), bad.stderr
+    cfg.write_text("[component:dist.ddp]\nj = 2x\n")
+    bad = distspec("run", "--dryrun", "dist.ddp", "--script", "x.py", cwd=tmp_path)
+    assert bad.stderr.startswith(f"distspec run: error: {cfg}:2: invalid -j '2x'"), bad.stderr
+    # The command line's own mistake is not blamed on the file...
+    own = distspec("run", "--dryrun", "dist.ddp", "--script", "x.py", "-j", "3y", cwd=tmp_path)
+    assert own.returncode == 2 and str(cfg) not in own.stderr
+    # ...and a flag that replaces the bad default works.
+    ok = distspec("run", "--dryrun", "dist.ddp", "--script", "x.py", "-j", "1x1", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
