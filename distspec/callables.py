@@ -222,6 +222,8 @@ class Job:
 
     @property
     def runner(self) -> Runner:
+        """The Runner that follows the job (a new one for the handle's session if none
+        was given)."""
         if self._runner is None:
             from distspec.runner import Runner
 
@@ -230,6 +232,7 @@ class Job:
 
     @property
     def world_size(self) -> int:
+        """How many ranks the job has: nodes x processes per node."""
         return self.nodes * self.nproc_per_node
 
     # -- re-attaching --------------------------------------------------------------
@@ -695,9 +698,11 @@ class DistributedFunction:
         functools.update_wrapper(self, fn)
 
     def submit(self, *args: Any, **kwargs: Any) -> Job:
+        """Submit ``fn(*args, **kwargs)`` with the decorator's settings; returns at once."""
         return submit(self.fn, *args, **self.settings, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit, wait, and return rank 0's result (RemoteError as :meth:`Job.result`)."""
         return self.submit(*args, **kwargs).result()
 
 
