@@ -48,6 +48,7 @@ __all__ = [
     "JOB_DIR_ENV",
     "PROTOCOL_VERSION",
     "exists",
+    "join",
     "main",
     "read_bytes",
     "result_file",
