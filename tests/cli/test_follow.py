@@ -317,3 +317,27 @@ def test_follow_log_of_a_running_job_ends_with_it(state_dir: Path, tmp_path: Pat
     got = [int(m) for m in re.findall(r"^sh/0\| n (\d+)$", out, re.M)]
     # --tail 1 then follow: a suffix of 1..5, each once, ending with the job.
     assert got and got == list(range(got[0], 6)), out
+
+
+@needs_torch
+@pytest.mark.torch
+def test_terminal_shows_the_failing_ranks_traceback(state_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "crash.py").write_text(
+        "import os, time\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n"
+        "    raise KeyError('missing key on rank 0')\n"
+        "time.sleep(30)\n"
+    )
+    term = Terminal(["run", "--wait", "dist.ddp", "-j", "1x2", "--script", "crash.py"], tmp_path)
+    assert term.wait(timeout=180) == 1, term.seen
+    screen = term.seen
+    summary = screen[screen.index("FAILED after") :]
+    # After the streamed output, the summary shows rank 0's own traceback (without
+    # prefixes) and where to look next.
+    assert "crash/0 rank 0 on localhost exited with 1" in summary
+    block = summary[summary.index("--- rank 0: last") :].split("\n---\n")[0]
+    assert block.splitlines()[1] == "Traceback (most recent call last):"
+    assert block.splitlines()[-1] == "KeyError: 'missing key on rank 0'"
+    assert "--rank 0" in summary
