@@ -99,7 +99,8 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             importlib.import_module(module).add_arguments(p, name)
-            if not any("-v" in a.option_strings for a in p._actions):
+            taken = {o for a in p._actions for o in a.option_strings}
+            if not taken & {"-v", "--verbose"}:
                 p.add_argument(
                     "-v",
                     "--verbose",
