@@ -156,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
         status = follow(
             runner,
             handle,
-            logs=sys.stderr if args.json else sys.stdout if logs else None,
+            logs=(sys.stderr if args.json else sys.stdout) if logs else None,
             cancel_on_interrupt=cancel,
             terminated=terminated,
         )

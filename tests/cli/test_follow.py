@@ -8,6 +8,7 @@ about lines, not training), ``utils.sh`` replicas under the local supervisor.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -341,3 +342,14 @@ def test_terminal_shows_the_failing_ranks_traceback(state_dir: Path, tmp_path: P
     assert block.splitlines()[1] == "Traceback (most recent call last):"
     assert block.splitlines()[-1] == "KeyError: 'missing key on rank 0'"
     assert "--rank 0" in summary
+
+
+def test_json_keeps_stdout_to_the_json(state_dir: Path, tmp_path: Path) -> None:
+    streamed = cli("run", "--wait", "--json", "utils.echo", "--msg", "hi", cwd=tmp_path)
+    assert streamed.returncode == 0, streamed.stderr
+    data = json.loads(streamed.stdout)
+    assert data["status"]["state"] == "SUCCEEDED"
+    assert "echo/0| hi" in streamed.stderr.splitlines()
+    quiet = cli("run", "--wait", "--json", "--no-log", "utils.echo", "--msg", "hi", cwd=tmp_path)
+    assert json.loads(quiet.stdout)["status"]["state"] == "SUCCEEDED"
+    assert "echo/0| hi" not in quiet.stderr
