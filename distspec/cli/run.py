@@ -382,7 +382,8 @@ def exit_code(
         print(f"  reason: {failed.reason}", file=err)
     if excerpt:
         what = f"rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
-        print(f"--- {what}: last {len(excerpt)} lines ---", file=err)
+        count = f"last {len(excerpt)} lines" if len(excerpt) != 1 else "last line"
+        print(f"--- {what}: {count} ---", file=err)
         for text in excerpt:
             print(text, file=err)
         print("---", file=err)

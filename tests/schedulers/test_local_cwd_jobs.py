@@ -187,7 +187,7 @@ def test_failing_rank_exit_code_is_propagated(state_dir: Path, tmp_path: Path) -
     assert "fail/0 rank 1 on localhost exited with 3" in proc.stderr
     assert "rank 1 (local_rank 1) exited with 3" in proc.stderr
     # The failing rank's own last lines, without its prefix, in the summary.
-    assert "--- rank 1: last 1 lines ---\nrank 1 gives up\n---" in proc.stderr
+    assert "--- rank 1: last line ---\nrank 1 gives up\n---" in proc.stderr
     handle = proc.stdout.strip().splitlines()[0]
     data = state(state_dir, handle)
     assert data["state"] == "FAILED"

@@ -180,7 +180,7 @@ def test_a_failing_rank_fails_the_job_and_is_named(
     assert re.search(
         r"FAILED after \S+: \S+/[01] rank 3 on n[01] exited with [1-9]", proc.stderr
     ), proc.stderr
-    assert "--- rank 3: last 1 lines ---\nrank 3 here\n---" in proc.stderr, proc.stderr
+    assert "--- rank 3: last line ---\nrank 3 here\n---" in proc.stderr, proc.stderr
 
 
 def test_cancel_leaves_no_task_on_either_node(cluster: None, state_dir: Path) -> None:
