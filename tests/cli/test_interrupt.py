@@ -30,6 +30,7 @@ from tests.slurm_cluster import (
 )
 
 pytestmark = pytest.mark.slurm
+Waiters = list[tuple[subprocess.Popen[str], list[str]]]
 BIN = Path(sys.executable).parent
 
 
@@ -135,7 +136,7 @@ def settled(handle: str, cwd: Path) -> str:
 
 
 def test_first_ctrl_c_detaches_from_a_batch_job(
-    cluster: str, state_dir: Path, tmp_path: Path, waiters: list
+    cluster: str, state_dir: Path, tmp_path: Path, waiters: Waiters
 ) -> None:
     proc, seen = start(cluster, tmp_path, waiters)
     proc.send_signal(signal.SIGINT)
@@ -148,7 +149,7 @@ def test_first_ctrl_c_detaches_from_a_batch_job(
 
 
 def test_second_ctrl_c_cancels_a_batch_job(
-    cluster: str, state_dir: Path, tmp_path: Path, waiters: list
+    cluster: str, state_dir: Path, tmp_path: Path, waiters: Waiters
 ) -> None:
     proc, seen = start(cluster, tmp_path, waiters)
     proc.send_signal(signal.SIGINT)
@@ -161,7 +162,7 @@ def test_second_ctrl_c_cancels_a_batch_job(
 
 
 def test_cancel_on_interrupt_cancels_a_batch_job_at_once(
-    cluster: str, state_dir: Path, tmp_path: Path, waiters: list
+    cluster: str, state_dir: Path, tmp_path: Path, waiters: Waiters
 ) -> None:
     proc, seen = start(cluster, tmp_path, waiters, "--cancel-on-interrupt")
     proc.send_signal(signal.SIGINT)
