@@ -86,7 +86,12 @@ complete -o bashdefault -F _distspec_complete distspec
 
 
 def main(args: argparse.Namespace) -> int:
-    import shtab
+    try:
+        import shtab
+    except ImportError:  # a dependency, but an environment may lack it
+        from distspec.errors import UsageError
+
+        raise UsageError("shell completion needs shtab: pip install shtab") from None
 
     script = shtab.complete(full_parser(), shell=args.shell)
     if args.shell == "bash":
