@@ -65,6 +65,12 @@ PROTOCOL_VERSION = 1
 PAYLOAD_WAIT = 300.0
 
 
+_REACH_HINT = (
+    " (the job's image needs distspec and the fsspec library of this protocol, e.g. "
+    "s3fs for s3://, and credentials for it)"
+)
+
+
 def result_file(rank: int) -> str:
     """The name of rank ``rank``'s result file in the job directory."""
     return f"result-{rank}.pkl"
@@ -184,6 +190,8 @@ def _load_payload(
         try:
             data = read_bytes(path)
             break
+        except ImportError as e:  # fsspec: the protocol's library is not installed
+            raise ImportError(f"cannot read {path}: {e}{_REACH_HINT}") from e
         except FileNotFoundError:
             if time.monotonic() >= deadline:
                 raise FileNotFoundError(
@@ -251,7 +259,18 @@ def _write_record(job_dir: str | None, rank: int, record: dict[str, Any]) -> Non
             TypeError(f"rank {rank}'s return value cannot be pickled: {e}"), "result", rank
         )
         data = cloudpickle.dumps(record)
-    write_bytes(join(job_dir, result_file(rank)), data)
+    path = join(job_dir, result_file(rank))
+    try:
+        write_bytes(path, data)
+    except Exception as e:
+        # Nowhere to report it but the log: the submitter will find no result.
+        print(
+            f"distspec: rank {rank} cannot write its result to {path}: {type(e).__name__}: "
+            f"{e}{_REACH_HINT if _is_url(job_dir) else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,13 +315,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, SystemExit) and not e.code:
             value = None
         else:
-            _write_record(job_dir, rank, _error_record(e, phase, rank))
             traceback.print_exc()
             print(
                 f"distspec: rank {rank} failed in {phase}: {_type_name(e)}: {e}",
                 file=sys.stderr,
                 flush=True,
             )
+            try:
+                _write_record(job_dir, rank, _error_record(e, phase, rank))
+            except Exception:
+                pass  # _write_record said why on stderr
             return 130 if isinstance(e, KeyboardInterrupt) else 1
     record = {
         "version": PROTOCOL_VERSION,

@@ -172,6 +172,18 @@ def test_missing_payload_is_an_error_record_naming_the_cause(tmp_path: Path) -> 
     assert "did not appear" in record["message"]
 
 
+def test_job_dir_protocol_without_its_library_is_explained_in_the_log() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("s3fs") is not None:
+        pytest.skip("s3fs is installed here, so s3:// does not lack its library")
+    proc = _worker("--payload-wait", "1", env={"DISTSPEC_JOB_DIR": "s3://bucket/prefix"})
+    assert proc.returncode == 1
+    assert "cannot read s3://bucket/prefix/call.pkl" in proc.stderr
+    assert "the job's image needs distspec and the fsspec library of this protocol" in proc.stderr
+    assert "rank 0 cannot write its result to s3://bucket/prefix/result-0.pkl" in proc.stderr
+
+
 def test_function_not_importable_on_the_worker(tmp_path: Path) -> None:
     proc = _worker("--fn", "no_such_module_here:f", env={"DISTSPEC_JOB_DIR": str(tmp_path)})
     assert proc.returncode == 1
