@@ -225,6 +225,37 @@ def test_requeue_on_the_signal(cluster: None, state_dir: Path) -> None:
         sched.cancel(job)
 
 
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_output_is_live_unless_unbuffered_is_off(
+    cluster: None,
+    state_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    unbuffered: bool,
+) -> None:
+    # The job inherits sbatch's environment: only the run option may make it unbuffered.
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    marker = tmp_path / "printed"
+    program = (
+        "import pathlib, sys, time; print('first line'); "
+        "pathlib.Path(sys.argv[1]).write_text('x'); time.sleep(300)"
+    )
+    app = AppDef(
+        name="live",
+        roles=(Role(name="r", entrypoint="python3", args=("-c", program, str(marker))),),
+    )
+    sched = SlurmScheduler(state_dir=state_dir)
+    job = _submit(sched, app, unbuffered=str(unbuffered).lower())
+    try:
+        # The marker is written after the print: whatever the log holds then, the print
+        # put there (a block-buffered stdout holds its line until the buffer fills).
+        _until(marker.exists, "the program to print its line")
+        lines = list(sched.log_iter(job, "r", 0))
+        assert ("first line" in lines) is unbuffered, lines
+    finally:
+        sched.cancel(job)
+
+
 def _short_job(sched: SlurmScheduler) -> tuple[str, AppStatus]:
     app = AppDef(name="short", roles=(Role(name="r", entrypoint="true", num_replicas=2),))
     job = _submit(sched, app)
