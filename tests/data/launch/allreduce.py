@@ -27,11 +27,13 @@ def main() -> int:
 
         total = torch.tensor([float(dist.rank + 1)])
         td.all_reduce(total)
-        print(
+        # One write per line: under PYTHONUNBUFFERED print() writes the text and its
+        # newline separately, and ranks sharing a pipe then interleave mid-line.
+        sys.stdout.write(
             f"allreduce rank={dist.rank} world={dist.world_size} "
-            f"host={socket.gethostname()} launcher={dist.env.launcher} sum={int(total.item())}",
-            flush=True,
+            f"host={socket.gethostname()} launcher={dist.env.launcher} sum={int(total.item())}\n"
         )
+        sys.stdout.flush()
         if os.environ.get("ALLREDUCE_FAIL_RANK") == str(dist.rank):
             return int(os.environ.get("ALLREDUCE_FAIL_CODE", "7"))
         sleep = float(os.environ.get("ALLREDUCE_SLEEP", "0"))
