@@ -51,6 +51,7 @@ __all__ = [
     "join",
     "main",
     "read_bytes",
+    "remove",
     "result_file",
     "takes_dist",
     "write_bytes",
@@ -110,6 +111,22 @@ def write_bytes(path: str, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+def remove(path: str) -> None:
+    """Remove a local file or an fsspec URL; nothing when it does not exist."""
+    try:
+        if _is_url(path):
+            import fsspec
+
+            fs, inner = fsspec.core.url_to_fs(path)
+            fs.rm(inner)
+        else:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except ImportError as e:  # fsspec: the protocol's library is not installed
+        raise ImportError(f"cannot reach {path}: {e}{_REACH_HINT}") from e
 
 
 def exists(path: str) -> bool:
@@ -280,6 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank = _rank()
     phase = "load"
     try:
+        if job_dir is not None:
+            # A rerun of the job (max_retries, a Slurm requeue) must not leave this
+            # rank's result of an earlier attempt for the submitter to read.
+            remove(join(job_dir, result_file(rank)))
         if args.fn:
             fn = _import(args.fn)
             fn_args: tuple[Any, ...] = tuple(args.fn_args)

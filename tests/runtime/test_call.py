@@ -179,7 +179,7 @@ def test_job_dir_protocol_without_its_library_is_explained_in_the_log() -> None:
         pytest.skip("s3fs is installed here, so s3:// does not lack its library")
     proc = _worker("--payload-wait", "1", env={"DISTSPEC_JOB_DIR": "s3://bucket/prefix"})
     assert proc.returncode == 1
-    assert "cannot read s3://bucket/prefix/call.pkl" in proc.stderr
+    assert "cannot reach s3://bucket/prefix/result-0.pkl: Install s3fs" in proc.stderr
     assert "the job's image needs distspec and the fsspec library of this protocol" in proc.stderr
     assert "rank 0 cannot write its result to s3://bucket/prefix/result-0.pkl" in proc.stderr
 
@@ -227,3 +227,17 @@ def test_takes_dist_with_the_real_class() -> None:
 
     f.__annotations__["dist"] = Dist  # as without `from __future__ import annotations`
     assert takes_dist(f)
+
+
+@pytest.mark.parametrize("url", [False, True])
+def test_remove_a_stale_result_local_or_url(tmp_path: Path, url: bool) -> None:
+    from distspec.runtime.call import exists, remove, write_bytes
+
+    base = f"file://{tmp_path}" if url else str(tmp_path)
+    path = f"{base}/{result_file(3)}"
+    write_bytes(path, b"stale")
+    assert exists(path)
+    remove(path)
+    assert not exists(path)
+    assert not (tmp_path / result_file(3)).exists()
+    remove(path)  # absent: nothing happens
