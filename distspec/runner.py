@@ -368,34 +368,87 @@ class Runner:
                     if i >= seen:
                         yield line
 
-        if not follow or len(targets) == 1:
+        if not follow or replica is not None:
             for target in targets:
                 yield from one(target)
             return
-        yield from _interleave([one(t) for t in targets])
+
+        def discover() -> list[tuple[str, int]]:
+            current = sched.describe(h.app_id)
+            return [] if current is None else matching(current)
+
+        # Replicas the scheduler lists only later (Kubernetes pods, an elastic job
+        # growing) are looked for while following and followed too.
+        yield from _interleave(targets, one, discover)
 
 
-def _interleave(streams: list[Iterator[LogLine]]) -> Iterator[LogLine]:
-    """Merge followed streams as their lines arrive (one reader thread per stream)."""
+#: While following several replicas, how often to look for replicas not listed before.
+DISCOVER_INTERVAL = 2.0
+
+
+class _Failed:
+    """A reader thread's exception, handed to the consumer to raise."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _interleave(
+    targets: list[tuple[str, int]],
+    open_stream: Callable[[tuple[str, int]], Iterator[LogLine]],
+    discover: Callable[[], list[tuple[str, int]]],
+) -> Iterator[LogLine]:
+    """Merge followed streams as their lines arrive, one reader thread per target.
+
+    Every :data:`DISCOVER_INTERVAL` seconds, and once every stream has ended,
+    ``discover()`` names the targets known now; new ones are followed too. Ends when
+    every stream has ended and nothing new is found. A reader's exception is raised
+    here.
+    """
     import queue
     import threading
+    import time
 
     done = object()
     q: queue.Queue[Any] = queue.Queue(maxsize=1024)
+    started: set[tuple[str, int]] = set()
+    running = 0
 
-    def pump(stream: Iterator[LogLine]) -> None:
+    def pump(target: tuple[str, int]) -> None:
         try:
-            for item in stream:
+            for item in open_stream(target):
                 q.put(item)
+        except BaseException as e:  # handed over, raised by the consumer
+            q.put(_Failed(e))
         finally:
             q.put(done)
 
-    for stream in streams:
-        threading.Thread(target=pump, args=(stream,), daemon=True).start()
-    remaining = len(streams)
-    while remaining:
-        item = q.get()
+    def start(found: list[tuple[str, int]]) -> None:
+        nonlocal running
+        for target in found:
+            if target not in started:
+                started.add(target)
+                running += 1
+                threading.Thread(target=pump, args=(target,), daemon=True).start()
+
+    start(targets)
+    next_look = time.monotonic() + DISCOVER_INTERVAL
+    while True:
+        if not running:
+            found = discover()
+            if not set(found) - started:
+                return
+            start(found)
+            continue
+        try:
+            item = q.get(timeout=max(0.0, next_look - time.monotonic()))
+        except queue.Empty:
+            start(discover())
+            next_look = time.monotonic() + DISCOVER_INTERVAL
+            continue
         if item is done:
-            remaining -= 1
+            running -= 1
+        elif isinstance(item, _Failed):
+            raise item.error
         else:
             yield item

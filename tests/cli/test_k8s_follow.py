@@ -84,3 +84,38 @@ def test_describe_names_the_job_and_each_replicas_pod(
     assert status.submitted is not None
     logs = [r.log for r in status.roles[0].replicas]
     assert logs == [f"pod/{pod_of(api, i)} (namespace {NS})" for i in (0, 1)]
+
+
+def test_runner_follows_a_replica_listed_only_later(
+    sched: KubernetesScheduler, api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distspec import runner as runner_module
+    from distspec.config import Config
+    from distspec.runner import Runner
+
+    monkeypatch.setattr(runner_module, "DISCOVER_INTERVAL", 0.1)
+    monkeypatch.setattr(k8s, "FOLLOW_POLL", 0.05)
+    app_id = sched.submit(compile_(sched, 2))
+    first, second = pod_of(api, 0), pod_of(api, 1)
+    late = api.get("", "v1", NS, "pods", second)
+    assert late is not None
+    api.objects.pop(("", "v1", NS, "pods", second))  # replica 1's pod comes later
+    runner = Runner(config=Config())
+    runner._schedulers["kubernetes"] = sched  # the scheduler talking to the fake server
+    api.log(NS, first, "from replica 0")
+
+    def later() -> None:
+        time.sleep(0.5)
+        late["metadata"].pop("resourceVersion", None)
+        api.put(late, "", "v1", "pods")
+        api.log(NS, second, "from replica 1")
+        for name in (first, second):
+            api.patch_pod(NS, name, {"phase": "Succeeded"})
+            api.close_log(NS, name)
+
+    threading.Thread(target=later, daemon=True).start()
+    lines = list(runner.log_lines(f"kubernetes://test/{app_id}", follow=True))
+    assert sorted(ln.format() for ln in lines) == [
+        "trainer/0| from replica 0",
+        "trainer/1| from replica 1",
+    ]
