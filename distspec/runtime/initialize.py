@@ -148,8 +148,15 @@ class Dist:
         # then ("terminate called without an active exception", torch 2.13).
         self.group = self.mesh = None
         if self._owns_group:
+            import gc
+
             import torch.distributed as tdist
 
+            # DDP's reducer lives on in reference cycles (autograd hooks on the model's
+            # parameters) after the script drops it, holding gloo work objects; freed only
+            # at interpreter shutdown, they abort the process (pytorch PR 179291 explains
+            # the mechanism). Collect them now, while the group and interpreter are alive.
+            gc.collect()
             if tdist.is_initialized():
                 tdist.destroy_process_group()
 
