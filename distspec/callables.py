@@ -433,12 +433,18 @@ class Job:
             on_node = [r for r in missing if first <= r < first + self.nproc_per_node]
             rank = on_node[0] if on_node else rank
         try:
-            text = "".join(
-                f"{line.text}\n"
+            lines = [
+                line.text
                 for line in self.runner.log_lines(self.handle, failed.role, node, tail=TAIL_LINES)
-            )
+            ]
         except Exception as e:  # the logs are a courtesy; the exit code is the news
-            text = f"(could not read the log: {e})\n"
+            lines = [f"(could not read the log: {e})"]
+        # torchrun stops the node's other ranks when one dies: its summary names the
+        # rank that died first.
+        root = _root_cause_rank(lines)
+        if root is not None and root in missing:
+            rank = root
+        text = "".join(f"{line}\n" for line in lines)
         code = failed.exit_code
         reason = f" ({failed.reason})" if failed.reason else ""
         where = f" on {failed.hostname}" if failed.hostname else ""
@@ -452,6 +458,19 @@ class Job:
             exit_code=code,
         )
         return err
+
+
+def _root_cause_rank(lines: Sequence[str]) -> int | None:
+    """The global rank in torchrun's ``Root Cause (first observed failure):`` block
+    (its ``rank      : 1 (local_rank: 1)`` line), or None."""
+    for i, text in enumerate(lines):
+        if text.strip().startswith("Root Cause"):
+            for later in lines[i + 1 : i + 8]:
+                key, sep, value = later.strip().partition(":")
+                if sep and key.strip() == "rank":
+                    number = value.strip().split(" ", 1)[0]
+                    return int(number) if number.isdigit() else None
+    return None
 
 
 def _line_of_rank(text: str, role: str, rank: int, local_rank: int) -> bool:

@@ -356,3 +356,23 @@ def test_import_distspec_stays_cheap() -> None:
 )
 def test_line_of_rank(line: str, rank: int, mine: bool) -> None:
     assert _line_of_rank(line, "call", rank, rank % 2) is mine
+
+
+def test_root_cause_rank_from_torchruns_summary() -> None:
+    from distspec.callables import _root_cause_rank
+
+    summary = [
+        "Failures:",
+        "[1]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -15 (pid: 3315)  (SIGTERM)",
+        "------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-11-23_11:56:46",
+        "  host      : localhost",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : -9 (pid: 3316)  (SIGKILL)",
+    ]
+    assert _root_cause_rank(summary) == 1
+    assert _root_cause_rank(summary[:5]) is None
