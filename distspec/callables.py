@@ -398,7 +398,7 @@ class Job:
         # The root cause, in this order: a rank's own exception; a rank that died
         # without a result (or a cancel); a failure caused by a peer's (in init or in
         # the final barrier: a peer that raised or died). The earliest of each kind.
-        own = [r for r in errors if r["phase"] not in _PEER_PHASES]
+        own = [r for r in errors if not _peer_caused(r)]
         if own:
             raise _remote_error(min(own, key=lambda r: float(r["time"])), self.handle)
         missing = [rank for rank, r in enumerate(records) if r is None]
@@ -458,6 +458,18 @@ class Job:
             exit_code=code,
         )
         return err
+
+
+def _peer_caused(record: Mapping[str, Any]) -> bool:
+    """Whether a rank's failure is most likely another rank's doing: it failed in
+    init or the final barrier, or a signal stopped it (torch's ``SignalException``,
+    ``KeyboardInterrupt``), as when torchrun stops a node's ranks after one failed."""
+    kind = str(record["type"])
+    return (
+        record["phase"] in _PEER_PHASES
+        or kind.endswith("SignalException")
+        or kind == "KeyboardInterrupt"
+    )
 
 
 def _root_cause_rank(lines: Sequence[str]) -> int | None:

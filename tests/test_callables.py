@@ -376,3 +376,14 @@ def test_root_cause_rank_from_torchruns_summary() -> None:
     ]
     assert _root_cause_rank(summary) == 1
     assert _root_cause_rank(summary[:5]) is None
+
+
+def test_peer_caused_failures() -> None:
+    from distspec.callables import _peer_caused
+
+    sig = "torch.distributed.elastic.multiprocessing.api.SignalException"
+    assert _peer_caused({"phase": "finish", "type": "RuntimeError"})
+    assert _peer_caused({"phase": "init", "type": "RuntimeError"})
+    assert _peer_caused({"phase": "call", "type": sig})
+    assert not _peer_caused({"phase": "call", "type": "ValueError"})
+    assert not _peer_caused({"phase": "load", "type": "ModuleNotFoundError"})
