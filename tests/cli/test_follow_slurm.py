@@ -33,7 +33,19 @@ def test_slurm_job_streams_every_rank_exactly_once(tmp_path: Path, state_dir: Pa
     (tmp_path / "count.py").write_text(NUMBERED.format(lines=lines))
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     proc = subprocess.run(
-        [str(BIN / "distspec"), "run", "-s", "slurm", "--wait", "--log", "dist.ddp", "-j", "2x2", "--script", "count.py"],
+        [
+            str(BIN / "distspec"),
+            "run",
+            "-s",
+            "slurm",
+            "--wait",
+            "--log",
+            "dist.ddp",
+            "-j",
+            "2x2",
+            "--script",
+            "count.py",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
