@@ -139,16 +139,7 @@ def describe_text(handle: str, status: AppStatus) -> str:
         if role.command:
             lines.append(f"  command: {role.command}")
         for r in role.replicas:
-            bits = [f"  {role.role}/{r.id}: {r.state.value}"]
-            if r.hostname:
-                bits.append(f"host={r.hostname}")
-            if r.exit_code is not None:
-                bits.append(f"exit={r.exit_code}")
-            if r.restarts:
-                bits.append(f"restarts={r.restarts}")
-            if r.reason:
-                bits.append(f"reason={r.reason}")
-            lines.append(" ".join(bits))
+            lines.append(f"  {r.summary()}")
             if r.log:
                 lines.append(f"    log: {r.log}")
     return "\n".join(lines)

@@ -53,6 +53,19 @@ class ReplicaStatus:
     started: float | None = None
     ended: float | None = None
 
+    def summary(self) -> str:
+        """``role/id: STATE host=... exit=... restarts=... reason=...`` (the known parts)."""
+        bits = [f"{self.role}/{self.id}: {self.state.value}"]
+        if self.hostname:
+            bits.append(f"host={self.hostname}")
+        if self.exit_code is not None:
+            bits.append(f"exit={self.exit_code}")
+        if self.restarts:
+            bits.append(f"restarts={self.restarts}")
+        if self.reason:
+            bits.append(f"reason={self.reason}")
+        return " ".join(bits)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "role": self.role,
@@ -151,15 +164,5 @@ class AppStatus:
             lines.append(f"restarts: {self.num_restarts}")
         for role in self.roles:
             lines.append(f"role {role.role}:")
-            for r in role.replicas:
-                bits = [f"  {role.role}/{r.id}: {r.state.value}"]
-                if r.hostname:
-                    bits.append(f"host={r.hostname}")
-                if r.exit_code is not None:
-                    bits.append(f"exit={r.exit_code}")
-                if r.restarts:
-                    bits.append(f"restarts={r.restarts}")
-                if r.reason:
-                    bits.append(f"reason={r.reason}")
-                lines.append(" ".join(bits))
+            lines.extend(f"  {r.summary()}" for r in role.replicas)
         return "\n".join(lines)
