@@ -34,6 +34,8 @@ from distspec.schedulers._common import (
     read_log_lines,
     shell_join,
     shell_word,
+    signal_name,
+    torchrun_root_cause,
 )
 from distspec.schedulers.api import CommandResult, Request, Scheduler
 from distspec.specs.app import NAME_CHARS, Role
@@ -60,6 +62,7 @@ __all__ = [
     "parse_int",
     "rank0_host_word",
     "read_job_folder",
+    "replica_exit",
     "replica_host",
     "replica_state",
     "role_function",
@@ -319,6 +322,51 @@ def parse_int(text: str | None) -> int | None:
 def exit_code(files: Mapping[str, str], role: str, replica: int) -> int | None:
     """Replica ``replica``'s recorded exit code; None while it has not exited."""
     return parse_int(files.get(log_file_name(role, replica, "exit")))
+
+
+#: How much of a failed replica's log end :func:`replica_exit` reads for torchrun's report.
+_TAIL_BYTES = 256 * 1024
+
+
+def replica_exit(
+    folder: str | os.PathLike[str] | None, files: Mapping[str, str], role: str, replica: int
+) -> tuple[int | None, str]:
+    """``(exit code, reason)`` of a replica: its ``.exit`` file, refined by its log.
+
+    The wrapper records the launcher's status, and torchrun exits 1 whatever its
+    worker did, so for a failed replica the end of ``<role>-<i>.log`` is searched for
+    torchrun's root-cause report (:func:`~distspec.schedulers._common.torchrun_root_cause`,
+    the same reader local_cwd uses): the worker's own code (a signal N as 128+N) and
+    who it was. Without a report the recorded code stays; a code above 128 is then
+    named as a signal. Reason "" for a replica that succeeded or has not exited.
+    """
+    code = exit_code(files, role, replica)
+    if code in (None, 0):
+        return code, ""
+    found = None
+    if folder is not None:
+        found = torchrun_root_cause(_log_tail(os.path.join(folder, log_file_name(role, replica))))
+    if found is not None:
+        worker, reason = found
+        return worker, f"{reason}; torchrun exited with {code}"
+    assert code is not None
+    if 128 < code < 128 + 65:
+        return code, f"killed by {signal_name(code - 128)}"
+    return code, f"exited with {code}"
+
+
+def _log_tail(path: str) -> list[str]:
+    """The last lines (up to :data:`_TAIL_BYTES`) of a log; [] when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[1:] if size > _TAIL_BYTES else lines
 
 
 def replica_host(files: Mapping[str, str], role: str, replica: int, hosts: Sequence[str]) -> str:

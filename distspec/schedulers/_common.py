@@ -27,15 +27,18 @@ __all__ = [
     "MacroValues",
     "ShellExpr",
     "check_capabilities",
+    "exit_code_of",
     "failure_excerpt",
     "filter_lines",
     "log_file_name",
     "read_log_lines",
     "shell_join",
     "shell_word",
+    "signal_name",
     "split_rank",
     "submit_env",
     "substitute_role",
+    "torchrun_root_cause",
     "with_location",
 ]
 
@@ -236,6 +239,89 @@ def failure_excerpt(
         )
         excerpt = excerpt[: end + 1]
     return rank, excerpt[-limit:]
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal N`` for a number that names no signal."""
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell-style exit code from a Python returncode: a death by signal N is 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str] | None:
+    """``(exit code, reason)`` of the first failed worker from torchrun's
+    ChildFailedError report ("Root Cause (first observed failure)"), or None when
+    there is none. Every backend reads a worker's own code this way.
+
+    torchrun itself exits 1 whenever a worker fails; the worker's own code (a
+    negative number for a signal) is only in this report. ``lines`` is the replica's
+    output without newlines, in order: stdout and stderr merged (Slurm, PBS) or
+    stderr alone (local_cwd). The exit code is shell-style (signal N is 128+N). The
+    reason names the rank, how it ended and what it printed last: the exception line
+    of its last traceback if it printed one, else its last non-empty line (a
+    trailing warning does not hide the error).
+    """
+    import re
+
+    starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
+    if not starts:
+        return None
+    start = starts[-1]
+    block = "\n".join(lines[start : start + 12])
+    code = re.search(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?", block)
+    if code is None:
+        return None
+    value = int(code.group(1))
+    rank = re.search(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)", block)
+    who = f"rank {rank.group(1)} (local_rank {rank.group(2)})" if rank else "a worker"
+    how = f"was killed by {signal_name(-value)}" if value < 0 else f"exited with {value}"
+    reason = f"torchrun: {who} {how}"
+    if code.group(2):
+        reason += f", pid {code.group(2)}"
+    if rank:
+        said = _rank_lines(lines[:start], int(rank.group(1)), role, rank.group(2))
+        last = _last_said(said)
+        if last:
+            reason += f"; its last line: {last[:200]}"
+    return exit_code_of(value), reason
+
+
+def _rank_lines(lines: Sequence[str], rank: int, role: str, local_rank: str) -> list[str]:
+    """What global rank ``rank`` printed, without prefixes: lines that torchrun's tee
+    (``[rank3]:`` or ``[<role><local rank>]:``) or torch's exception hook
+    (``[rank3]: ``) mark as its own."""
+    own = []
+    for line in lines:
+        if role and line.startswith(f"[{role}{local_rank}]:"):
+            line = f"[rank{rank}]:" + line[len(f"[{role}{local_rank}]:") :]
+        line_rank, text = split_rank(line, role)
+        if line_rank == rank:
+            own.append(text)
+    return own
+
+
+def _last_said(said: Sequence[str]) -> str:
+    """The exception line of the last traceback in ``said``, else its last
+    non-empty line."""
+    starts = [i for i, text in enumerate(said) if text.startswith("Traceback (")]
+    if starts:
+        block = said[starts[-1] + 1 :]
+        # The exception line is the first one after the frames that is not indented.
+        for text in block:
+            if text.strip() and not text[0].isspace():
+                return text.strip()
+    for text in reversed(said):
+        if text.strip():
+            return text.strip()
+    return ""
 
 
 def with_location(status: AppStatus, folder: str | None, native_id: str) -> AppStatus:

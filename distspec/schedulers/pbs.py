@@ -35,6 +35,7 @@ from distspec.schedulers._batch import (
     exit_code,
     parse_int,
     read_job_folder,
+    replica_exit,
     replica_host,
     replica_state,
     safe_app_id,
@@ -368,7 +369,10 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         role_status = []
         for role, count in roles:
             replicas = tuple(
-                _replica(role, i, state, files, hosts, restarts, msg) for i in range(count)
+                _replica(
+                    role, i, state, files, hosts, restarts, msg, str(folder) if folder else None
+                )
+                for i in range(count)
             )
             role_status.append(RoleStatus(role=role, replicas=replicas))
         status = AppStatus(state=state, msg=msg, num_restarts=restarts, roles=tuple(role_status))
@@ -485,11 +489,13 @@ def _replica(
     hosts: Sequence[str],
     restarts: int,
     msg: str,
+    folder: str | None = None,
 ) -> ReplicaStatus:
-    code = exit_code(files, role, i)
-    state = replica_state(code, job_state)
-    if code is not None and state is AppState.FAILED:
-        reason = f"exited with {code}"
+    recorded = exit_code(files, role, i)
+    code, why = replica_exit(folder, files, role, i)
+    state = replica_state(recorded, job_state)
+    if recorded is not None and state is AppState.FAILED:
+        reason = why
     elif state in (AppState.FAILED, AppState.CANCELLED):
         reason = msg  # the job's end decided it
     else:

@@ -31,6 +31,7 @@ from distspec.schedulers._batch import (
     JobRecord,
     exit_code,
     read_job_folder,
+    replica_exit,
     replica_host,
     replica_state,
     safe_app_id,
@@ -428,6 +429,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
             return None
         folder = self._folder(record, info)
         files = read_job_folder(folder)
+        folder_str = str(folder) if folder else None
         if record is not None:
             roles = list(record.roles)
         else:
@@ -443,7 +445,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
         restarts = requeues + int(files.get("attempt", "0") or 0)
         if info is None:
             return with_location(
-                _from_files(job_id, roles, files, restarts), str(folder or ""), job_id
+                _from_files(job_id, roles, files, restarts, folder_str), str(folder or ""), job_id
             )
         state = _combine([SLURM_STATES.get(c.state, AppState.UNKNOWN) for c in info.components])
         # slurmdbd lags the controller: right after submit sacct has no row (so scontrol
@@ -465,7 +467,8 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
                 comp_state = AppState.RUNNING
             count = len(comp.nodes) if comp.nodes else count
             replicas = tuple(
-                _replica(role, i, comp_state, comp, files, restarts) for i in range(count)
+                _replica(role, i, comp_state, comp, files, restarts, folder_str)
+                for i in range(count)
             )
             role_status.append(RoleStatus(role=role, replicas=replicas))
         status = AppStatus(
@@ -572,15 +575,20 @@ def _replica(
     comp: _Component,
     files: Mapping[str, str],
     attempt: int,
+    folder: str | None = None,
 ) -> ReplicaStatus:
-    code = exit_code(files, role, i)
+    recorded = exit_code(files, role, i)
+    code, why = replica_exit(folder, files, role, i)
     reason = comp.state if comp.state not in {"RUNNING", "COMPLETED", "PENDING"} else ""
     if comp.reason:
         reason = f"{reason}: {comp.reason}" if reason else comp.reason
+    state = replica_state(recorded, job_state)
+    if why and state is AppState.FAILED:
+        reason = why  # the replica's own end says more than the job's
     return ReplicaStatus(
         role=role,
         id=i,
-        state=replica_state(code, job_state),
+        state=state,
         hostname=replica_host(files, role, i, comp.nodes),
         exit_code=code,
         reason="" if code == 0 else reason,
@@ -589,7 +597,11 @@ def _replica(
 
 
 def _from_files(
-    job_id: str, roles: Sequence[tuple[str, int]], files: Mapping[str, str], attempt: int
+    job_id: str,
+    roles: Sequence[tuple[str, int]],
+    files: Mapping[str, str],
+    attempt: int,
+    folder: str | None = None,
 ) -> AppStatus:
     """Slurm forgot the job (no accounting, past MinJobAge): what the job folder recorded."""
     role_status = []
@@ -597,7 +609,7 @@ def _from_files(
     for role, count in roles:
         replicas = []
         for i in range(count):
-            code = exit_code(files, role, i)
+            code, reason = replica_exit(folder, files, role, i)
             codes.append(code)
             state = (
                 AppState.UNKNOWN
@@ -613,6 +625,7 @@ def _from_files(
                     state=state,
                     exit_code=code,
                     hostname=replica_host(files, role, i, ()),
+                    reason=reason,
                     restarts=attempt,
                 )
             )

@@ -72,3 +72,32 @@ def pid_gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+#: ``fail.py HOW``: rank 1 fails (exit7, raise, or a signal's name such as SIGKILL);
+#: the other rank sleeps, so rank 1 is torchrun's root cause.
+FAILING_RANK = (
+    "import atexit, os, signal, sys, time\n"
+    "rank = int(os.environ['RANK'])\n"
+    "if rank != 1:\n"
+    "    time.sleep(30)\n"
+    "    sys.exit(0)\n"
+    "print('rank 1 about to fail', flush=True)\n"
+    "how = sys.argv[1]\n"
+    "if how == 'raise':\n"
+    "    # Like torch's warnings at exit: printed after the traceback.\n"
+    "    atexit.register(print, 'UserWarning: printed last', file=sys.stderr, flush=True)\n"
+    "    raise ValueError('the real error')\n"
+    "if how == 'exit7':\n"
+    "    sys.exit(7)\n"
+    "os.kill(os.getpid(), getattr(signal, how))\n"
+)
+
+
+#: ``(HOW, run --wait's exit code, how the summary says it ended)`` for FAILING_RANK.
+FAILING_RANK_CASES = [
+    ("exit7", 7, "exited with 7"),
+    ("SIGKILL", 137, "was killed by SIGKILL (exit code 137)"),
+    ("SIGSEGV", 139, "was killed by SIGSEGV (exit code 139)"),
+    ("raise", 1, "exited with 1"),
+]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -81,3 +82,79 @@ def test_capabilities_are_enforced() -> None:
     with pytest.raises(CompileError, match="2 roles"):
         check_capabilities(two, Capabilities(multi_role=False), "toy")
     check_capabilities(app, Capabilities(), "toy")
+
+
+# -- torchrun's root-cause report (shared by every backend) ---------------------
+
+_REPORT = [
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2026-11-23_12:00:00",
+    "  host      : n0",
+    "  rank      : 3 (local_rank: 1)",
+    "  exitcode  : {code} (pid: 4242)",
+    "  error_file: <N/A>",
+]
+
+
+def _torchrun_log(code: int, *said: str) -> list[str]:
+    return [
+        "[rank2]:hello from 2",
+        *(f"[rank3]:{line}" for line in said),
+        "[rank2]:UserWarning: rank 2 warns last",
+        *(line.format(code=code) for line in _REPORT),
+    ]
+
+
+def test_root_cause_gives_the_workers_code_and_its_exception_line() -> None:
+    from distspec.schedulers._common import torchrun_root_cause
+
+    lines = _torchrun_log(
+        7,
+        "Traceback (most recent call last):",
+        '  File "train.py", line 3, in <module>',
+        "ValueError: the real error",
+        "UserWarning: printed after the traceback",
+    )
+    code, reason = torchrun_root_cause(lines) or (None, "")
+    assert code == 7
+    assert reason == (
+        "torchrun: rank 3 (local_rank 1) exited with 7, pid 4242; "
+        "its last line: ValueError: the real error"
+    )
+
+
+def test_root_cause_names_a_signal_and_quotes_the_last_line_without_a_traceback() -> None:
+    from distspec.schedulers._common import torchrun_root_cause
+
+    code, reason = torchrun_root_cause(_torchrun_log(-11, "step 5", "", "   ")) or (None, "")
+    assert code == 139
+    assert "rank 3 (local_rank 1) was killed by SIGSEGV" in reason
+    assert reason.endswith("its last line: step 5")
+
+
+def test_root_cause_reads_the_default_tee_prefix_too() -> None:
+    from distspec.schedulers._common import torchrun_root_cause
+
+    lines = ["[trainer1]:oops", *(line.format(code=2) for line in _REPORT)]
+    assert torchrun_root_cause(lines, "trainer") == (
+        2,
+        "torchrun: rank 3 (local_rank 1) exited with 2, pid 4242; its last line: oops",
+    )
+    assert torchrun_root_cause(["no report here"]) is None
+
+
+def test_replica_exit_prefers_the_report_in_the_log(tmp_path: Path) -> None:
+    from distspec.schedulers._batch import replica_exit
+
+    (tmp_path / "trainer-0.log").write_text("\n".join(_torchrun_log(-9, "step 1")) + "\n")
+    files = {"trainer-0.exit": "1", "trainer-1.exit": "143", "trainer-2.exit": "0"}
+    code, reason = replica_exit(str(tmp_path), files, "trainer", 0)
+    assert code == 137
+    assert "was killed by SIGKILL" in reason
+    assert reason.endswith("; torchrun exited with 1")
+    # No log or no report: the recorded code, a signal named.
+    assert replica_exit(str(tmp_path), files, "trainer", 1) == (143, "killed by SIGTERM")
+    assert replica_exit(None, {"t-0.exit": "5"}, "t", 0) == (5, "exited with 5")
+    assert replica_exit(str(tmp_path), files, "trainer", 2) == (0, "")
+    assert replica_exit(str(tmp_path), files, "trainer", 3) == (None, "")

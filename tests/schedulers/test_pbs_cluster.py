@@ -25,6 +25,7 @@ import pytest
 
 from distspec.schedulers.pbs import PbsScheduler
 from distspec.specs import AppDef, AppState, Role
+from tests.schedulers.batch_apps import FAILING_RANK, FAILING_RANK_CASES
 from tests.slurm_cluster import require_slurm_cluster
 
 pytestmark = pytest.mark.slurm
@@ -187,3 +188,34 @@ def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
     )
     assert "hi from pbs" in logs.stdout, logs.stdout + logs.stderr
     assert list(workdir.iterdir()) == []
+
+
+@pytest.mark.parametrize(("how", "code", "said"), FAILING_RANK_CASES)
+def test_run_wait_exits_with_the_ranks_own_code_or_signal(
+    state_dir: Path, workdir: Path, how: str, code: int, said: str
+) -> None:
+    """As on Slurm: the worker's code or signal from torchrun's root-cause report."""
+    require_slurm_cluster()
+    if shutil.which("qsub") is None:
+        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    (workdir / "fail.py").write_text(FAILING_RANK)
+    run = subprocess.run(
+        [
+            *(str(BIN / "distspec"), "run", "-s", "pbs", "--wait", "dist.ddp", "-j", "1x2"),
+            *("--script", "fail.py", "--", how),
+        ],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == code, run.stdout + run.stderr
+    assert re.search(rf"FAILED after \S+: \S+/0 rank 1 on \S+ {re.escape(said)}", run.stderr), (
+        run.stderr
+    )
+    assert "torchrun exited with 1" in run.stderr, run.stderr
+    if how == "raise":
+        assert "its last line: ValueError: the real error" in run.stderr, run.stderr

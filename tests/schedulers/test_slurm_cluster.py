@@ -19,6 +19,7 @@ import pytest
 
 from distspec.schedulers.slurm import SlurmScheduler
 from distspec.specs import AppDef, AppState, AppStatus, Role
+from tests.schedulers.batch_apps import FAILING_RANK, FAILING_RANK_CASES
 from tests.slurm_cluster import (
     cluster_has_accounting,
     cluster_is_up,
@@ -294,3 +295,28 @@ def test_status_and_list_without_accounting(state_dir: Path) -> None:
     assert status.state is AppState.SUCCEEDED, status.format()
     apps = {a.app_id: a for a in sched.list()}
     assert apps[job].state is AppState.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "said"),
+    FAILING_RANK_CASES,
+)
+def test_run_wait_exits_with_the_ranks_own_code_or_signal(
+    cluster: None, env: dict[str, str], tmp_path: Path, how: str, code: int, said: str
+) -> None:
+    """torchrun exits 1 whatever its worker did; the worker's code (or signal) comes
+    from torchrun's root-cause report in the replica's log, as on local_cwd."""
+    (tmp_path / "fail.py").write_text(FAILING_RANK)
+    proc = _cli(
+        ["run", "-s", "slurm", "--wait", "dist.ddp", "-j", "1x2", "--script", "fail.py", "--", how],
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert re.search(rf"FAILED after \S+: \S+/0 rank 1 on n[01] {re.escape(said)}", proc.stderr), (
+        proc.stderr
+    )
+    assert "torchrun exited with 1" in proc.stderr, proc.stderr
+    if how == "raise":
+        # The summary quotes the error, not the warning the rank printed after it.
+        assert "its last line: ValueError: the real error" in proc.stderr, proc.stderr
