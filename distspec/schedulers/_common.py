@@ -27,7 +27,6 @@ __all__ = [
     "MacroValues",
     "ShellExpr",
     "check_capabilities",
-    "exit_code_of",
     "failure_excerpt",
     "filter_lines",
     "log_file_name",
@@ -251,11 +250,6 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def exit_code_of(returncode: int) -> int:
-    """A shell-style exit code from a Python returncode: a death by signal N is 128+N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str] | None:
     """``(exit code, reason)`` of the first failed worker from torchrun's
     ChildFailedError report ("Root Cause (first observed failure)"), or None when
@@ -268,60 +262,13 @@ def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str]
     reason names the rank, how it ended and what it printed last: the exception line
     of its last traceback if it printed one, else its last non-empty line (a
     trailing warning does not hide the error).
+
+    The implementation is local_cwd's supervisor's, which must import only the
+    standard library; this is its name for the other backends.
     """
-    import re
+    from distspec.schedulers.local_supervisor import torchrun_root_cause as read
 
-    starts = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
-    if not starts:
-        return None
-    start = starts[-1]
-    block = "\n".join(lines[start : start + 12])
-    code = re.search(r"exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?", block)
-    if code is None:
-        return None
-    value = int(code.group(1))
-    rank = re.search(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)", block)
-    who = f"rank {rank.group(1)} (local_rank {rank.group(2)})" if rank else "a worker"
-    how = f"was killed by {signal_name(-value)}" if value < 0 else f"exited with {value}"
-    reason = f"torchrun: {who} {how}"
-    if code.group(2):
-        reason += f", pid {code.group(2)}"
-    if rank:
-        said = _rank_lines(lines[:start], int(rank.group(1)), role, rank.group(2))
-        last = _last_said(said)
-        if last:
-            reason += f"; its last line: {last[:200]}"
-    return exit_code_of(value), reason
-
-
-def _rank_lines(lines: Sequence[str], rank: int, role: str, local_rank: str) -> list[str]:
-    """What global rank ``rank`` printed, without prefixes: lines that torchrun's tee
-    (``[rank3]:`` or ``[<role><local rank>]:``) or torch's exception hook
-    (``[rank3]: ``) mark as its own."""
-    own = []
-    for line in lines:
-        if role and line.startswith(f"[{role}{local_rank}]:"):
-            line = f"[rank{rank}]:" + line[len(f"[{role}{local_rank}]:") :]
-        line_rank, text = split_rank(line, role)
-        if line_rank == rank:
-            own.append(text)
-    return own
-
-
-def _last_said(said: Sequence[str]) -> str:
-    """The exception line of the last traceback in ``said``, else its last
-    non-empty line."""
-    starts = [i for i, text in enumerate(said) if text.startswith("Traceback (")]
-    if starts:
-        block = said[starts[-1] + 1 :]
-        # The exception line is the first one after the frames that is not indented.
-        for text in block:
-            if text.strip() and not text[0].isspace():
-                return text.strip()
-    for text in reversed(said):
-        if text.strip():
-            return text.strip()
-    return ""
+    return read(list(lines), role)
 
 
 def with_location(status: AppStatus, folder: str | None, native_id: str) -> AppStatus:

@@ -48,6 +48,7 @@ __all__ = [
     "APP_ID_ENV",
     "STATE_FILE",
     "SUPERVISOR_MAIN",
+    "find_supervisor",
     "hunt",
     "is_alive",
     "process_starttime",
@@ -78,6 +79,12 @@ _PR_SET_CHILD_SUBREAPER = 36
 #: Escalation after the grace period when a keeper did not end its replica itself.
 _KEEPER_TIMEOUT = 5.0
 _TAIL_LINES = 400
+#: While a state write fails (full disk, read-only or deleted run directory), the
+#: supervisor retries this often, and checks that its state file still exists.
+_STATE_RETRY = 1.0
+#: How long the supervisor waits, retrying, to record the final state before exiting
+#: without it (readers then report "supervisor died: ..." with the write error).
+_FINAL_WRITE_PATIENCE = 3600.0
 
 
 # -- small helpers shared with local_cwd ---------------------------------------------
@@ -86,10 +93,44 @@ _TAIL_LINES = 400
 def write_json_atomic(path: str, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` via a temporary file and rename (never half-written)."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk or a read-only directory: leave no half-written temp file.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def find_supervisor(app_id: str) -> int | None:
+    """The pid of the live supervisor of ``app_id``, found by the :data:`APP_ID_ENV`
+    marker every process of a run carries, or None. Works when the run directory is
+    gone. (Keepers are forks of the supervisor with the same command line; the
+    supervisor is the one whose parent is not one of them.)"""
+    marker = f"{APP_ID_ENV}={app_id}".encode()
+    found: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if b"local_supervisor" not in f.read():
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        fields = _stat_fields(int(name))
+        if fields is not None and fields[0] not in ("Z", "X", "x"):
+            found[int(name)] = int(fields[1])
+    roots = [pid for pid, ppid in found.items() if ppid not in found]
+    return roots[0] if len(roots) == 1 else None
 
 
 def read_json(path: str) -> Any:
@@ -273,7 +314,10 @@ def torchrun_root_cause(stderr_tail: list[str], role: str = "") -> tuple[int, st
     report ("Root Cause (first observed failure)"), or None when there is none.
 
     torchrun itself exits 1 whenever a worker fails; the worker's own code is only in
-    this report.
+    this report. The one reader of it: the batch backends (Slurm, PBS) use it too,
+    through :func:`distspec.schedulers._common.torchrun_root_cause` (this file imports
+    only the standard library, so the code lives here). ``stderr_tail`` may hold
+    stdout and stderr merged.
     """
     import re
 
@@ -300,9 +344,26 @@ def torchrun_root_cause(stderr_tail: list[str], role: str = "") -> tuple[int, st
         said = [
             ln[len(f"[rank{rank.group(1)}]: ") :] if ln.startswith("[rank") else ln for ln in said
         ]
-        if said and said[-1].strip():
-            reason += f"; its last line: {said[-1].strip()[:200]}"
+        last = _last_said(said)
+        if last:
+            reason += f"; its last line: {last[:200]}"
     return exit_code_of(value), reason
+
+
+def _last_said(said: list[str]) -> str:
+    """What a rank printed last that tells why it failed: the exception line of its
+    last traceback, else its last non-empty line (a warning torch prints at exit,
+    after the traceback, is not it)."""
+    starts = [i for i, text in enumerate(said) if text.startswith("Traceback (")]
+    if starts:
+        # The exception line is the first line after the frames that is not indented.
+        for text in said[starts[-1] + 1 :]:
+            if text.strip() and not text[0].isspace():
+                return text.strip()
+    for text in reversed(said):
+        if text.strip():
+            return text.strip()
+    return ""
 
 
 # -- the keeper: one replica attempt ------------------------------------------------
@@ -565,6 +626,7 @@ class Supervisor:
         self.cancel_requested = False
         self.created = time.time()
         self.last_written: Any = None
+        self.write_error = ""
         self.msg = ""
 
     # state file
@@ -600,14 +662,29 @@ class Supervisor:
             return "RUNNING", self.msg
         return "PENDING", self.msg
 
-    def write_state(self, *, ended: bool = False) -> None:
+    def write_state(self, *, ended: bool = False) -> bool:
+        """Record the state; False (and retried on the next wake-up) if it cannot be
+        written. A deleted run directory is created again, with ``plan.json``, so the
+        run stays reachable (``status``, ``wait``, ``cancel``)."""
         data = self._state()
         if ended:
             data["ended"] = time.time()
-        if data == self.last_written:
-            return
+        path = os.path.join(self.run_dir, STATE_FILE)
+        if data == self.last_written and os.path.exists(path):
+            return True
+        try:
+            if not os.path.isdir(self.run_dir):
+                os.makedirs(os.path.join(self.run_dir, "logs"), mode=0o700, exist_ok=True)
+            if not os.path.exists(os.path.join(self.run_dir, PLAN_FILE)):
+                write_json_atomic(os.path.join(self.run_dir, PLAN_FILE), self.plan)
+            write_json_atomic(path, data)
+        except OSError as e:
+            self.write_error = f"cannot write {STATE_FILE}: {e.strerror or e}"
+            self.last_written = None
+            return False
+        self.write_error = ""
         self.last_written = data
-        write_json_atomic(os.path.join(self.run_dir, STATE_FILE), data)
+        return True
 
     # lifecycle
 
@@ -764,6 +841,10 @@ class Supervisor:
         if ready_fd is not None:
             try:
                 os.write(ready_fd, b"ok\n")
+            except OSError:
+                # The submitter is gone (Ctrl-C): it kills this run and removes its
+                # directory unless it read "ok"; never crash on it (BrokenPipeError).
+                pass
             finally:
                 os.close(ready_fd)
                 wake.remove(ready_fd)
@@ -776,6 +857,9 @@ class Supervisor:
         while True:
             deadline = self.next_deadline()
             timeout = None if deadline is None else max(0, (deadline - time.monotonic()) * 1000)
+            # Wake up now and then to retry a failed state write and to notice a
+            # deleted run directory (write_state recreates it).
+            timeout = _STATE_RETRY * 1000 if timeout is None else min(timeout, _STATE_RETRY * 1000)
             poller.poll(timeout)
             try:
                 while os.read(wake_r, 512):
@@ -819,7 +903,15 @@ class Supervisor:
             if r.state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 r.state = "CANCELLED"
                 r.reason = r.reason or "never restarted"
-        self.write_state(ended=True)
+        # The final state must be recorded: a job that succeeded on a disk that filled
+        # up meanwhile is not to be reported "supervisor died". Retry until it can
+        # (space freed, directory writable again), cancellable by SIGKILL only.
+        give_up = time.monotonic() + _FINAL_WRITE_PATIENCE
+        while not self.write_state(ended=True) and time.monotonic() < give_up:
+            _say(f"{self.write_error}; retrying")
+            time.sleep(_STATE_RETRY)
+        if self.write_error:
+            _say(self.write_error)
         if alive is not None:
             os.close(alive)  # wakes every waiter now, not at the end of interpreter exit
         return 0
@@ -837,6 +929,14 @@ def _open_alive_fifo(path: str) -> int | None:
         return os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+
+
+def _say(text: str) -> None:
+    """A line to ``supervisor.log``, which may be on a full or read-only disk."""
+    try:
+        print(f"local_supervisor: {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _describe_rc(rc: int) -> str:
