@@ -69,6 +69,7 @@ __all__ = [
     "safe_app_id",
     "single_attempt",
     "task_function",
+    "write_private",
 ]
 
 
@@ -389,6 +390,16 @@ def replica_state(code: int | None, job_state: AppState) -> AppState:
     return AppState.FAILED
 
 
+def write_private(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner alone (0600), also when the
+    file existed with a wider mode. Job scripts hold the job's ``--env`` values and
+    records point at its logs: neither is for other users."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+
+
 @frozen(kw_only=False)
 class JobRecord:
     """What submit wrote down about a job, so that describe and log work from any cwd."""
@@ -457,9 +468,14 @@ class BatchScheduler(Scheduler[BatchOptsT]):
 
         job_dir = Path(self._job_dir(request.options))
         try:
-            job_dir.mkdir(parents=True, exist_ok=True)
+            # Private (0700) when distspec creates it; the default one (under the state
+            # dir) is made private even if it exists. A job_dir the user named and
+            # created keeps its mode: it may be shared on purpose.
+            job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not request.options.job_dir:
+                job_dir.chmod(0o700)
             script = job_dir / request.main_file
-            script.write_text(request.render())
+            write_private(script, request.render())
         except OSError as e:
             raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
         return script
@@ -486,8 +502,10 @@ class BatchScheduler(Scheduler[BatchOptsT]):
             "folder": folder,
             "roles": [[r.name, r.num_replicas] for r in app.roles],
         }
-        records.mkdir(parents=True, exist_ok=True)
-        (records / f"{job_id}.json").write_text(json.dumps(record))
+        records.mkdir(parents=True, exist_ok=True, mode=0o700)
+        records.chmod(0o700)
+        records.parent.chmod(0o700)
+        write_private(records / f"{job_id}.json", json.dumps(record))
 
     def _record(self, job_id: str) -> JobRecord | None:
         import json

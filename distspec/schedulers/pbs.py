@@ -39,6 +39,7 @@ from distspec.schedulers._batch import (
     replica_host,
     replica_state,
     safe_app_id,
+    write_private,
 )
 from distspec.schedulers._common import check_capabilities, submit_env, with_location
 from distspec.schedulers.api import AppSummary, Capabilities, Request
@@ -388,8 +389,8 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
             return
         marker = self._cancelled_marker(job_id)
         if marker is not None:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text("qdel\n")
+            marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_private(marker, "qdel\n")
         result = self._run(["qdel", job_id], "qdel", ok=False)
         if result.returncode == 0:
             return

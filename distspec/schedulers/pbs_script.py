@@ -391,7 +391,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "",
         "# Replica i of the role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
         "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
-        'mkdir -p "$DISTSPEC_JOB_DIR" || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
         "export DISTSPEC_APP_ID=$PBS_JOBID",
         "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",
         "export DISTSPEC_WORKDIR="

@@ -394,7 +394,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
         "# job folder and writes its node and exit code beside it (.host, .exit; Slurm keeps one",
         "# exit code per step). A requeued job starts again from the top: clear the old ones.",
         "export DISTSPEC_JOB_DIR=" + shell_word(f"{folder}-", {}) + '"$SLURM_JOB_ID"',
-        'mkdir -p "$DISTSPEC_JOB_DIR" || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
         'rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
         'echo "${SLURM_RESTART_COUNT:-0}" > "$DISTSPEC_JOB_DIR/requeues"',
     ]
@@ -461,7 +461,7 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         "",
         "# Replica i of a role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
         "export DISTSPEC_JOB_DIR=" + shell_word(f"{base}/{app.name}-", {}) + '"$SLURM_JOB_ID"',
-        'mkdir -p "$DISTSPEC_JOB_DIR" || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
         'echo "${SLURM_RESTART_COUNT:-0}" > "$DISTSPEC_JOB_DIR/requeues"',
     ]
     if opts.unbuffered:

@@ -101,3 +101,25 @@ FAILING_RANK_CASES = [
     ("SIGSEGV", 139, "was killed by SIGSEGV (exit code 139)"),
     ("raise", 1, "exited with 1"),
 ]
+
+
+def private_modes(state_dir: Path, scheduler: str, folder: str) -> dict[str, str]:
+    """``{path relative to the state dir: octal mode}`` of what a batch backend
+    wrote about one job: its job dir, job folder, script, record (and their folders)."""
+    base = state_dir / scheduler
+    paths = [base, base / "jobs", Path(folder)]
+    paths += [p for p in base.iterdir() if p.is_file()]
+    paths += list((base / "jobs").iterdir())
+    return {str(p.relative_to(state_dir)): oct(p.stat().st_mode & 0o777) for p in paths}
+
+
+def assert_private(modes: dict[str, str]) -> None:
+    """Folders 0700, scripts and records 0600. The job's output (``.out``, logs) keeps
+    the job's umask, as the user's own files do; the private folder around it hides it."""
+    wrong = {
+        path: mode
+        for path, mode in modes.items()
+        if not path.endswith(".out")
+        and mode != ("0o700" if "." not in path.rsplit("/", 1)[-1] else "0o600")
+    }
+    assert not wrong, modes

@@ -25,7 +25,12 @@ import pytest
 
 from distspec.schedulers.pbs import PbsScheduler
 from distspec.specs import AppDef, AppState, Role
-from tests.schedulers.batch_apps import FAILING_RANK, FAILING_RANK_CASES
+from tests.schedulers.batch_apps import (
+    FAILING_RANK,
+    FAILING_RANK_CASES,
+    assert_private,
+    private_modes,
+)
 from tests.slurm_cluster import require_slurm_cluster
 
 pytestmark = pytest.mark.slurm
@@ -219,3 +224,18 @@ def test_run_wait_exits_with_the_ranks_own_code_or_signal(
     assert "torchrun exited with 1" in run.stderr, run.stderr
     if how == "raise":
         assert "its last line: ValueError: the real error" in run.stderr, run.stderr
+
+
+def test_job_dir_folder_script_and_record_are_private(sched: PbsScheduler, state_dir: Path) -> None:
+    """As on Slurm: 0700 folders, 0600 script and record, whatever the umask."""
+    old = os.umask(0o022)
+    try:
+        job = _run(sched, _bash("private", "echo hi"))
+        status = sched.wait(job, timeout=60)
+    finally:
+        os.umask(old)
+    assert status is not None and status.state is AppState.SUCCEEDED, status
+    assert status.location
+    modes = private_modes(state_dir, "pbs", status.location)
+    assert any(p.endswith(".pbs") for p in modes) and any(p.endswith(".json") for p in modes)
+    assert_private(modes)

@@ -19,7 +19,12 @@ import pytest
 
 from distspec.schedulers.slurm import SlurmScheduler
 from distspec.specs import AppDef, AppState, AppStatus, Role
-from tests.schedulers.batch_apps import FAILING_RANK, FAILING_RANK_CASES
+from tests.schedulers.batch_apps import (
+    FAILING_RANK,
+    FAILING_RANK_CASES,
+    assert_private,
+    private_modes,
+)
 from tests.slurm_cluster import (
     cluster_has_accounting,
     cluster_is_up,
@@ -320,3 +325,19 @@ def test_run_wait_exits_with_the_ranks_own_code_or_signal(
     if how == "raise":
         # The summary quotes the error, not the warning the rank printed after it.
         assert "its last line: ValueError: the real error" in proc.stderr, proc.stderr
+
+
+def test_job_dir_folder_script_and_record_are_private(cluster: None, state_dir: Path) -> None:
+    """The script holds the job's --env values and the folder its logs: 0700 folders,
+    0600 files, whatever the umask (here the permissive 022)."""
+    old = os.umask(0o022)
+    try:
+        sched = SlurmScheduler(state_dir=state_dir)
+        _job, status = _short_job(sched)
+    finally:
+        os.umask(old)
+    assert status.state is AppState.SUCCEEDED, status
+    assert status.location
+    modes = private_modes(state_dir, "slurm", status.location)
+    assert any(p.endswith(".sbatch") for p in modes) and any(p.endswith(".json") for p in modes)
+    assert_private(modes)
