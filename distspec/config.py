@@ -292,6 +292,10 @@ def _check_general(
                 f"known: {', '.join(_GENERAL_KEYS)}",
                 source=where(key),
             )
+    if "session" in general:
+        _check_session(general["session"], f"{where('session')}: session")
+    if "state_dir" in general:
+        _check_state_dir(general["state_dir"], f"{where('state_dir')}: state_dir")
     level = general.get("log_level")
     if level is not None:
         if level.upper() not in _LOG_LEVELS:
@@ -447,4 +451,40 @@ def _read_env(env: Mapping[str, str]) -> Layer:
         general["log_level"] = level
     if "scheduler" in general and not general["scheduler"].strip():
         raise ConfigError("DISTSPEC_SCHEDULER is set but empty")
+    if "session" in general:
+        _check_session(general["session"], "DISTSPEC_SESSION")
+    if "state_dir" in general:
+        _check_state_dir(general["state_dir"], "DISTSPEC_STATE_DIR")
     return Layer(source=source, general=general)
+
+
+def _check_session(value: str, what: str) -> None:
+    """A session is one path-free word: it is part of ``scheduler://session/app_id``."""
+    bad = [c for c in value if c == "/" or c.isspace() or not c.isprintable()]
+    if not value or bad:
+        raise ConfigError(
+            f"{what}={value!r} is not a valid session: it must be non-empty, "
+            "without '/', whitespace or control characters"
+        )
+
+
+def _check_state_dir(value: str, what: str) -> None:
+    """The state directory must be absolute (after ``~``), outside /proc and /sys, and
+    a directory if it exists (it is created on the first submit otherwise)."""
+    path = os.path.expanduser(value)
+    problem = ""
+    if not value:
+        problem = "is empty"
+    elif not value.isprintable():
+        problem = "contains control characters"
+    elif not os.path.isabs(path):
+        problem = "is not an absolute path"
+    elif any(
+        os.path.normpath(path) == top or os.path.normpath(path).startswith(top + "/")
+        for top in ("/proc", "/sys", "/dev")
+    ):
+        problem = "is inside /proc, /sys or /dev"
+    elif os.path.exists(path) and not os.path.isdir(path):
+        problem = "exists and is not a directory"
+    if problem:
+        raise ConfigError(f"{what}={value!r} {problem}")

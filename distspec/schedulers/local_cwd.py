@@ -231,21 +231,54 @@ class LocalScheduler(Scheduler[LocalOptions]):
 
     def submit(self, request: Request) -> str:
         """Write the run directory and start the supervisor detached; returns the app id
-        once the supervisor has started every replica and written its first state."""
+        once the supervisor has started every replica and written its first state.
+
+        Raises:
+            SchedulerError: the run directory cannot be made or written (read-only or
+                full state directory), or the supervisor did not start; nothing is left.
+        """
+        import signal
+
+        run_dir = self.run_dir(request.app_id)
+        # Ctrl-C is held back from just before the run directory exists until the
+        # clean-up below is in place (it is raised at the unblock, inside the try).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, exist_ok=True)
+            run_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise SchedulerError(
+                f"run directory {run_dir} already exists", scheduler=self.name
+            ) from None
+        except OSError as e:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise SchedulerError(
+                f"cannot create the run directory {run_dir}: {e.strerror or e}",
+                scheduler=self.name,
+            ) from None
+        # From here on, a submit that does not complete (Ctrl-C at any moment, a full
+        # disk, a supervisor that did not start) leaves nothing: no run directory, no
+        # process. Once the supervisor said "ok", the run is submitted and followable.
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            return self._start(request, run_dir)
+        except OSError as e:
+            _undo_submit(request.app_id, run_dir)
+            raise SchedulerError(
+                f"cannot write the run directory {run_dir}: {e.strerror or e}",
+                scheduler=self.name,
+            ) from None
+        except BaseException:
+            _undo_submit(request.app_id, run_dir)
+            raise
+
+    def _start(self, request: Request, run_dir: Path) -> str:
         import sys
 
         from distspec.schedulers import local_supervisor as sup
 
-        run_dir = self.run_dir(request.app_id)
-        base = self.root.parent
-        base.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.root.mkdir(mode=0o700, exist_ok=True)
-        try:
-            run_dir.mkdir(mode=0o700)
-        except FileExistsError:
-            raise SchedulerError(
-                f"run directory {run_dir} already exists", scheduler=self.name
-            ) from None
         (run_dir / "logs").mkdir(mode=0o700)
         for name, text in request.files.items():
             (run_dir / name).write_text(text)
@@ -310,17 +343,14 @@ class LocalScheduler(Scheduler[LocalOptions]):
         return request.app_id
 
     def _read_state(self, app_id: str) -> dict[str, Any] | None:
-        from distspec.schedulers.local_supervisor import STATE_FILE, read_json
+        """``state.json`` validated against its declared shape
+        (:class:`~distspec.schedulers.local_records.StateRecord`); None if absent.
+        A truncated or malformed record raises SchedulerError (one line)."""
+        from distspec.schedulers.local_records import load_state
+        from distspec.schedulers.local_supervisor import STATE_FILE
 
-        try:
-            data: dict[str, Any] = read_json(str(self.run_dir(app_id) / STATE_FILE))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            raise SchedulerError(
-                f"cannot read the state of {app_id}: {e}", scheduler=self.name
-            ) from e
-        return data
+        data = load_state(str(self.run_dir(app_id) / STATE_FILE), app_id, self.name)
+        return None if data is None else dict(data)
 
     def _checked_state(self, app_id: str) -> dict[str, Any] | None:
         """The state file, made terminal (and the run's processes killed) when it says
@@ -330,6 +360,13 @@ class LocalScheduler(Scheduler[LocalOptions]):
         from distspec.schedulers import local_supervisor as sup
 
         data = self._read_state(app_id)
+        if data is None and sup.find_supervisor(app_id) is not None:
+            # The run directory was deleted under a live run: its supervisor creates
+            # it again within a second (_STATE_RETRY); wait for that.
+            deadline = time.monotonic() + 5.0
+            while data is None and time.monotonic() < deadline:
+                time.sleep(WAIT_INTERVAL * 10)
+                data = self._read_state(app_id)
         if data is None or data["state"] in _TERMINAL:
             return data
         info = data.get("supervisor", {})
@@ -358,7 +395,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
                     rep["state"] = "FAILED"
                     rep["reason"] = "supervisor died"
                     rep["ended"] = now
-        sup.write_json_atomic(str(self.run_dir(app_id) / sup.STATE_FILE), data)
+        try:
+            sup.write_json_atomic(str(self.run_dir(app_id) / sup.STATE_FILE), data)
+        except OSError:
+            pass  # a full or read-only disk: report it now, record it on a later read
         return data
 
     def describe(self, app_id: str) -> AppStatus | None:
@@ -531,8 +571,11 @@ class LocalScheduler(Scheduler[LocalOptions]):
             return
         info = data["supervisor"]
         pid, starttime = int(info["pid"]), info.get("starttime")
-        plan = json.loads((self.run_dir(app_id) / "plan.json").read_text())
-        grace = float(plan.get("options", {}).get("grace_period", 10.0))
+        try:
+            plan = json.loads((self.run_dir(app_id) / "plan.json").read_text())
+            grace = float(plan.get("options", {}).get("grace_period", 10.0))
+        except (OSError, ValueError, AttributeError):
+            grace = 10.0
         if sup.is_alive(pid, starttime):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace + 10.0
@@ -722,3 +765,26 @@ def _to_status(
         location=run_dir,
         native_id=str(data.get("supervisor", {}).get("pid", "")),
     )
+
+
+def _undo_submit(app_id: str, run_dir: Path) -> None:
+    """Kill whatever of ``app_id`` was started and delete its run directory, with
+    SIGINT blocked so a second Ctrl-C cannot interrupt the clean-up half-way."""
+    import shutil
+    import signal
+
+    from distspec.schedulers.local_supervisor import hunt
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        # A supervisor killed mid-fork may still have a keeper starting: hunt until
+        # nothing carries the run's marker (keepers die with their supervisor anyway).
+        for _ in range(50):
+            if not hunt(app_id):
+                break
+            import time
+
+            time.sleep(0.01)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

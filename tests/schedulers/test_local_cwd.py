@@ -177,7 +177,18 @@ def _write_state(sched: LocalScheduler, app_id: str, **fields: object) -> Path:
             {
                 "role": "r",
                 "replicas": [
-                    {"id": 0, "state": "RUNNING", "pid": None, "pgid": None, "restarts": 0}
+                    {
+                        "id": 0,
+                        "state": "RUNNING",
+                        "pid": None,
+                        "pgid": None,
+                        "exit_code": None,
+                        "reason": "",
+                        "restarts": 0,
+                        "attempt": 1,
+                        "started": 1.0,
+                        "ended": None,
+                    }
                 ],
             }
         ],
