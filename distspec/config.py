@@ -359,6 +359,8 @@ def _read_ini(path: str) -> Layer:
             text = f.read()
     except OSError as e:
         raise ConfigError(f"cannot read it: {e.strerror or e}", source=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(_not_utf8(e), source=str(path)) from None
     try:
         parser.read_string(text, source=str(path))
     except configparser.Error as e:
@@ -397,9 +399,18 @@ def _read_ini(path: str) -> Layer:
     )
 
 
+def _not_utf8(e: UnicodeDecodeError) -> str:
+    return f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+
+
 def _read_pyproject(path: str) -> Layer | None:
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read it: {e.strerror or e}", source=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(_not_utf8(e), source=str(path)) from None
     if "distspec" not in text:
         # No [tool.distspec] can be in a file that never says "distspec"; most
         # projects' pyproject.toml don't, and parsing TOML costs ~9 ms of start-up.
@@ -429,6 +440,19 @@ def _read_pyproject(path: str) -> Layer | None:
     general = {k: str(v) for k, v in section.items() if k not in ("schedulers", "components")}
     if not isinstance(schedulers, dict) or not isinstance(components, dict):
         raise ConfigError("schedulers.* and components.* must be tables", source=source)
+    for plural, group in (("schedulers", schedulers), ("components", components)):
+        for name, values in group.items():
+            if not isinstance(values, dict):
+                raise ConfigError(
+                    f"{plural}.{name} must be a table, not {type(values).__name__}",
+                    source=source,
+                )
+    for key, value in section.items():
+        if key not in ("schedulers", "components") and isinstance(value, (dict, list)):
+            raise ConfigError(
+                f"{key} must be a string, not a {'table' if isinstance(value, dict) else 'list'}",
+                source=source,
+            )
     lines = _toml_lines(text)
     return Layer(
         source=source,

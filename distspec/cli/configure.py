@@ -72,7 +72,11 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(section)
         return 0
     path = Path(args.output)
-    existing = path.read_text() if path.exists() else ""
+    try:
+        existing = path.read_text() if path.exists() else ""
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or "not UTF-8 text"
+        raise UsageError(f"-o {path}: cannot read it: {why}") from None
     for header in headers:
         if header in existing.splitlines():
             if not args.force:
@@ -80,8 +84,12 @@ def main(args: argparse.Namespace) -> int:
             existing = _drop_section(existing, header)
     text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + section
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left beside the config
+        raise UsageError(f"-o {path}: cannot write it: {e.strerror or e}") from None
     print(f"wrote {', '.join(headers) or 'comments only'} to {path}")
     return 0
 

@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
     if args.which:
         role, _, rep = args.which.partition("/")
         if rep:
-            if not rep.isdigit():
+            if not (rep.isascii() and rep.isdigit()):  # "²".isdigit() is True
                 raise UsageError(f"replica must be a number in ROLE/REPLICA, got {args.which!r}")
             replica = int(rep)
     if args.replica is not None:

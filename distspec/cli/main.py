@@ -99,6 +99,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             importlib.import_module(module).add_arguments(p, name)
+            _refuse_empty(p)
             taken = {o for a in p._actions for o in a.option_strings}
             if not taken & {"-v", "--verbose"}:
                 p.add_argument(
@@ -109,6 +110,41 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                     help="log what distspec does to stderr (-v: INFO, -vv: DEBUG)",
                 )
     return parser
+
+
+def _one_line(error: Exception, verbose: int) -> str:
+    """The error's first line; the rest (a multi-line ImportError from a component,
+    a scheduler's stderr) only with ``-v``, so that a mistake costs one line."""
+    text = str(error).strip("\n")
+    first, sep, rest = text.partition("\n")
+    if not sep:
+        return text
+    if verbose:
+        return text
+    return f"{first} (-v shows {rest.count(chr(10)) + 1} more lines)"
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("may not be empty")
+    return text
+
+
+def _refuse_empty(parser: argparse.ArgumentParser) -> None:
+    """Make every option and positional that takes one string refuse an empty one.
+
+    An empty value is never what a user meant: `-s ""` (an unset ``$SCHED``) would
+    otherwise fall back to the default backend and run the job locally, `-o ""`
+    would write into the current directory. Optional positionals (``nargs="?"``),
+    where leaving the word out is the same as giving nothing, are left alone.
+    """
+    for action in parser._actions:
+        if (
+            action.type is None
+            and action.nargs is None
+            and isinstance(action, (argparse._StoreAction, argparse._AppendAction))
+        ):
+            action.type = _nonempty
 
 
 def _version() -> str:
@@ -138,10 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = module.main(args)
         return code
     except (UsageError, AppNotFound) as e:
-        print(f"distspec {args.verb}: error: {e}", file=sys.stderr)
+        print(f"distspec {args.verb}: error: {_one_line(e, args.verbose)}", file=sys.stderr)
         return 2
     except DistspecError as e:
-        print(f"distspec {args.verb}: {e}", file=sys.stderr)
+        print(f"distspec {args.verb}: {_one_line(e, args.verbose)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("distspec: interrupted", file=sys.stderr)
@@ -152,6 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as e:
+        # A file system fault (a full disk, a path that vanished, no permission) is
+        # the machine's state, not a bug: one line, exit 1. -v shows the traceback.
+        if args.verbose:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"distspec {args.verb}: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 def run() -> None:

@@ -123,7 +123,13 @@ def main(args: argparse.Namespace) -> int:
         if args.output:
             job_dir = getattr(runner.scheduler(scheduler), "_job_dir", None)
             folder = job_dir(request.options) if job_dir is not None else None
-            for path in write_request(request, args.output, job_dir=folder):
+            try:
+                written = write_request(request, args.output, job_dir=folder)
+            except OSError as e:
+                raise UsageError(
+                    f"-o {args.output}: cannot write the dry run there: {e.strerror or e}"
+                ) from None
+            for path in written:
                 print(path)
         elif args.json:
             print_json(

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import math
 import re
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -194,6 +195,10 @@ class Param:
         """Parse one command-line string into this parameter's type (ValueError if it cannot)."""
         kind = self.kind
         if kind is Kind.STR:
+            # An empty value is what an unset shell variable gives (`--script "$S"`);
+            # it is refused unless the component's own default is the empty string.
+            if not text.strip() and self.default != "":
+                raise ValueError("may not be empty")
             return text
         if kind is Kind.INT:
             try:
@@ -202,9 +207,12 @@ class Param:
                 raise ValueError(f"expected an integer, got {text!r}") from None
         if kind is Kind.FLOAT:
             try:
-                return float(text)
+                number = float(text)
             except ValueError:
                 raise ValueError(f"expected a number, got {text!r}") from None
+            if not math.isfinite(number):
+                raise ValueError(f"expected a finite number, got {text!r}")
+            return number
         if kind is Kind.BOOL:
             value = truth(text)
             if value is None:

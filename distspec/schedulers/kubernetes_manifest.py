@@ -279,11 +279,33 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
                 )
     for name in opts.secret_env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            fail(f"secret_env: {name!r} is not a valid environment variable name")
+            fail(f"secret_env: {name[:40]!r} is not a valid environment variable name")
     for name, ref in opts.secret_env.items():
         secret, sep, key = ref.partition(":")
+        # The value is never echoed: a user who pasted the token itself
+        # (secret_env=HF_TOKEN=hf_...) must not see it in a terminal or CI log.
         if not sep or not secret or not key:
-            fail(f"secret_env: {name}={ref!r} must be NAME=SECRET:KEY")
+            fail(
+                f"secret_env: the value for {name} must be SECRET:KEY (a Secret's name and "
+                "key, not the secret itself; the value given is not shown)"
+            )
+        if not _is_subdomain(secret) or len(secret) > 253:
+            fail(
+                f"secret_env: the value for {name} must be SECRET:KEY, and SECRET a "
+                "DNS-1123 subdomain (the value given is not shown)"
+            )
+        if not re.fullmatch(r"[-._a-zA-Z0-9]+", key) or len(key) > 253:
+            fail(
+                f"secret_env: the value for {name} must be SECRET:KEY, and KEY made of "
+                "letters, digits, '-', '_', '.' (the value given is not shown)"
+            )
+        for role in app.roles:
+            if name in role.env:
+                fail(
+                    f"{name} is set by both --env (role {role.name!r}) and secret_env; "
+                    "keep one of them"
+                )
+    _check_api_names(app, opts)
     for spec in opts.tolerations:
         _toleration(spec)
     sizes = [("shm_size", opts.shm_size)] + [
@@ -303,6 +325,106 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
 
 def _fail(message: str) -> None:
     raise CompileError(SCHEDULER, message)
+
+
+# The API server's validation rules (k8s.io/apimachinery/pkg/util/validation),
+# checked here so that a dry run never prints a manifest it would reject.
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _is_label(text: str) -> bool:
+    """A DNS-1123 label: a namespace's form."""
+    return len(text) <= 63 and bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text))
+
+
+def _key_problem(key: str) -> str | None:
+    """Why ``key`` is not a qualified name ([prefix/]name), or None."""
+    prefix, sep, name = key.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _is_subdomain(prefix)):
+        return "its prefix must be a DNS-1123 subdomain (lowercase, e.g. example.com/)"
+    if not name or len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
+        return (
+            "its name must be 1-63 characters, alphanumerics, '-', '_' or '.', "
+            "starting and ending with an alphanumeric"
+        )
+    return None
+
+
+def _value_problem(value: str) -> str | None:
+    if value and (len(value) > 63 or not re.fullmatch(_LABEL_NAME, value)):
+        return (
+            "a label value must be at most 63 characters, alphanumerics, '-', '_' or '.', "
+            "starting and ending with an alphanumeric (or empty)"
+        )
+    return None
+
+
+def _check_api_names(app: AppDef, opts: KubernetesOptions) -> None:
+    fail = _fail
+    if not _is_label(opts.namespace):
+        fail(
+            f"namespace {opts.namespace[:70]!r} must be a DNS-1123 label: at most 63 "
+            "lowercase letters, digits and '-', starting and ending with a letter or digit"
+        )
+    for what, mapping, values in (
+        ("labels", opts.labels, True),
+        ("node_selector", opts.node_selector, True),
+        ("annotations", opts.annotations, False),
+    ):
+        for key, value in mapping.items():
+            problem = _key_problem(key)
+            if problem:
+                fail(f"{what}: key {key[:70]!r} is not a valid label key: {problem}")
+            problem = _value_problem(value) if values else None
+            if problem:
+                fail(f"{what}: {key}={value[:70]!r}: {problem}")
+    for what, name in (
+        ("service_account", opts.service_account),
+        ("priority_class", opts.priority_class),
+        *(("image_pull_secrets", n) for n in opts.image_pull_secrets),
+    ):
+        if name is not None and (len(name) > 253 or not _is_subdomain(name)):
+            fail(
+                f"{what} {name[:70]!r} must be a DNS-1123 subdomain: lowercase letters, "
+                "digits, '-' and '.', starting and ending with a letter or digit"
+            )
+    if opts.image_pull_policy is not None and opts.image_pull_policy not in _PULL_POLICIES:
+        fail(
+            f"image_pull_policy {opts.image_pull_policy[:40]!r} must be one of "
+            + ", ".join(_PULL_POLICIES)
+        )
+    gpu = opts.gpu_resource
+    problem = _key_problem(gpu)
+    if problem or "/" not in gpu or gpu.rpartition("/")[0].endswith("kubernetes.io"):
+        fail(
+            f"gpu_resource {gpu[:70]!r} must be an extended resource name, DOMAIN/NAME "
+            "outside kubernetes.io (e.g. nvidia.com/gpu, amd.com/gpu)"
+            + (f": {problem}" if problem else "")
+        )
+    for spec in opts.tolerations:
+        key = spec.partition(":")[0].partition("=")[0]
+        problem = _key_problem(key)
+        if problem:
+            fail(f"toleration {spec[:70]!r}: key {key[:70]!r} is not a valid label key: {problem}")
+    for role in app.roles:
+        image = role.image
+        if not image or any(c.isspace() for c in image) or image != image.strip():
+            fail(
+                f"role {role.name!r}: image {image[:70]!r} is not an image reference "
+                "(it may not be empty or contain blanks)"
+            )
+        for mount in role.mounts:
+            if (
+                isinstance(mount, VolumeMount)
+                and not mount.src.startswith("emptyDir:")
+                and (len(mount.src) > 253 or not _is_subdomain(mount.src))
+            ):
+                fail(
+                    f"role {role.name!r}: volume {mount.src[:70]!r} must name a "
+                    "PersistentVolumeClaim, a DNS-1123 subdomain (lowercase letters, "
+                    "digits, '-' and '.')"
+                )
 
 
 def _is_subdomain(text: str) -> bool:

@@ -46,6 +46,24 @@ def is_name(text: str) -> bool:
     return bool(text) and text[0] not in "_.-" and not text.strip(NAME_CHARS)
 
 
+#: The longest app or role name: a local run directory is ``NAME-XXXXXXXX`` under
+#: a file system's 255-byte limit, and Slurm, PBS and Kubernetes shorten or refuse
+#: longer ones (Kubernetes further limits what it derives, see kubernetes.py).
+MAX_NAME = 128
+
+
+def _check_name(what: str, name: str) -> None:
+    if len(name) > MAX_NAME:
+        raise SpecError(
+            f"{what} {name[:40]!r}... is {len(name)} characters; at most {MAX_NAME} are allowed"
+        )
+    if not is_name(name):
+        raise SpecError(
+            f"{what} {name[:80]!r} must start with a letter or digit and use only "
+            "letters, digits, '_', '.', '-'"
+        )
+
+
 def is_env_name(text: str) -> bool:
     """``text`` is ``[A-Za-z_][A-Za-z0-9_]*``."""
     return bool(text) and not text[0].isdigit() and not text.strip(_ENV_CHARS)
@@ -122,11 +140,7 @@ class Role:
     metadata: FrozenDict[str, str] = field(default_factory=FrozenDict)
 
     def __post_init__(self) -> None:
-        if not is_name(self.name):
-            raise SpecError(
-                f"role name {self.name!r} must start with a letter or digit and use only "
-                "letters, digits, '_', '.', '-'"
-            )
+        _check_name("role name", self.name)
         if not self.entrypoint:
             raise SpecError(f"role {self.name!r} has an empty entrypoint")
         if self.num_replicas < 1:
@@ -189,11 +203,7 @@ class AppDef:
     metadata: FrozenDict[str, str] = field(default_factory=FrozenDict)
 
     def __post_init__(self) -> None:
-        if not is_name(self.name):
-            raise SpecError(
-                f"app name {self.name!r} must start with a letter or digit and use only "
-                "letters, digits, '_', '.', '-'"
-            )
+        _check_name("app name", self.name)
         object.__setattr__(self, "roles", tuple(self.roles))
         object.__setattr__(self, "metadata", frozendict(self.metadata))
         if not self.roles:

@@ -107,6 +107,12 @@ def parse_mounts(specs: list[str]) -> tuple[Mount, ...]:
             raise SpecError(f"unknown mount key(s) {', '.join(sorted(opts))} in {spec!r}")
         if not src:
             raise SpecError(f"mount {spec!r} needs src=")
+        if kind == "volume" and dst == src and not dst.startswith("/"):
+            # dst defaults to src only for bind and device mounts: a volume's src is
+            # its name (a PVC), never a path in the container.
+            raise SpecError(f"volume mount {spec!r} needs dst=/PATH (where the volume appears)")
+        if not dst:
+            raise SpecError(f"mount {spec!r}: dst= may not be empty")
         if kind == "bind":
             mounts.append(BindMount(src_path=src, dst_path=dst, read_only=readonly))
         elif kind == "volume":

@@ -17,6 +17,7 @@ String syntax for values: booleans ``true/false/yes/no/1/0``; lists are
 from __future__ import annotations
 
 import enum
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -96,7 +97,8 @@ class OptionSpec:
         try:
             return self._coerce(value)
         except (ValueError, TypeError) as e:
-            raise self._bad(value, str(e), scheduler) from None
+            why = "malformed (not shown: it may be a secret)" if "secret" in self.name else str(e)
+            raise self._bad(value, why, scheduler) from None
 
     def _coerce(self, value: Any) -> Any:
         kind = self.kind
@@ -114,7 +116,12 @@ class OptionSpec:
                 raise ValueError("expected an integer")
             return int(value)
         if kind == "float":
-            return float(value)
+            # Float run options are durations (grace_period): nan, inf and negative
+            # values would make the cancel path wait forever or not at all.
+            number = float(value)
+            if not math.isfinite(number) or number < 0:
+                raise ValueError("expected a finite number of seconds >= 0")
+            return number
         if kind == "str":
             return str(value)
         if kind == "enum":
@@ -156,10 +163,12 @@ class OptionSpec:
         return str(value)
 
     def _bad(self, value: Any, why: str, scheduler: str) -> OptionError:
+        # A secret option's value may be the secret itself, pasted by mistake: never echo it.
+        shown = "<hidden>" if "secret" in self.name else repr(value)
         return OptionError(
-            f"{scheduler + ': ' if scheduler else ''}option {self.name}={value!r}: {why}",
+            f"{scheduler + ': ' if scheduler else ''}option {self.name}={shown}: {why}",
             option=self.name,
-            value=str(value),
+            value="" if "secret" in self.name else str(value),
             scheduler=scheduler,
         )
 

@@ -1,0 +1,506 @@
+"""The bad-input corpus: every case exits 2 with exactly one line on stderr.
+
+Each case runs the real CLI entry point (:func:`distspec.cli.main.main`) in this
+process, with a private state directory, HOME and working directory, and checks:
+exit code 2, exactly one stderr line (``distspec VERB: error: ...``), no traceback,
+nothing on stdout, and that the state directory holds exactly what it held before
+(nothing submitted, nothing half-written). Cases that would submit to Slurm are run
+without ``--dryrun`` too, and the cluster queue is compared before and after the
+module (where ``squeue`` exists). A handful of cases run as a real subprocess too
+(``test_corpus_sample_as_a_process``), so that the console script's own exit path
+is covered.
+
+Where a case needs a file (a config that is not UTF-8, a pyproject.toml with a
+table of the wrong type), :data:`FILES` writes it into the case's working
+directory first. The classes are summarised in docs/reliability.md ("Bad input").
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from distspec.cli.main import main
+
+SECRET = "hf_s3cr3tT0kenValue"
+LONG = "a" * 300
+HUGE = "a" * 5000
+
+# name -> (path relative to the case's cwd, bytes)
+FILES: dict[str, tuple[str, bytes]] = {
+    "ini_not_utf8": (".distspecconfig", b"[distspec]\nsession = \xff\xfe\n"),
+    "toml_not_utf8": ("pyproject.toml", b'[tool.distspec]\nscheduler = "x\xff"\n'),
+    "toml_sched_not_table": ("pyproject.toml", b'[tool.distspec]\nschedulers = "slurm"\n'),
+    "toml_one_sched_not_table": (
+        "pyproject.toml",
+        b"[tool.distspec]\n[tool.distspec.schedulers]\nslurm = 3\n",
+    ),
+    "toml_component_not_table": (
+        "pyproject.toml",
+        b'[tool.distspec]\n[tool.distspec.components]\n"dist.ddp" = 5\n',
+    ),
+    "toml_general_list": ("pyproject.toml", b'[tool.distspec]\nlog_level = ["INFO"]\n'),
+    "toml_general_table": ("pyproject.toml", b"[tool.distspec.session]\nx = 1\n"),
+    "toml_invalid": ("pyproject.toml", b"[tool.distspec\nscheduler=1\n"),
+    "ini_bad_line": (".distspecconfig", b"[distspec]\nthis is not a pair\n"),
+    "ini_unknown_key": (".distspecconfig", b"[distspec]\nschedular = slurm\n"),
+    "ini_bad_option": (".distspecconfig", b"[scheduler:local_cwd]\ngrace_period = nan\n"),
+    "ini_bad_component_default": (".distspecconfig", b"[component:dist.ddp]\nj = 0x1\n"),
+    "import_multiline": (
+        "multi.py",
+        b'raise ImportError("first line\\nsecond line\\nthird line")\n',
+    ),
+    "syntax_error": ("syn.py", b"def f(:\n    pass\n"),
+    "existing_file": ("taken", b"not a directory\n"),
+}
+
+DDP = ["dist.ddp", "-j", "1x1", "--script", "train.py"]
+K8S = ["dist.ddp", "-j", "1x1", "--image", "img:1", "--script", "train.py"]
+
+
+def _args(sched: str) -> list[str]:
+    return K8S if sched == "kubernetes" else DDP
+
+
+def _k8s(cfg: str, *extra: str) -> list[str]:
+    return ["run", "--dryrun", "-s", "kubernetes", "-cfg", cfg, *K8S, *extra]
+
+
+def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
+    """(id, argv, file key or None, text the one line must contain)."""
+    # -- empty values, every verb and option that takes a string ---------------
+    for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
+        yield (
+            f"empty-o-{sched}",
+            ["run", "--dryrun", "-o", "", "-s", sched, *_args(sched)],
+            None,
+            "empty",
+        )
+        yield (
+            f"empty-cfg-{sched}",
+            ["run", "--dryrun", "-s", sched, "-cfg", "", *DDP],
+            None,
+            "empty",
+        )
+        # --image "" is legitimate (its default): local and HPC jobs need no image.
+        for flag in (
+            "-h",
+            "--name",
+            "--script",
+            "-m",
+            *(["--image"] if sched == "kubernetes" else []),
+        ):
+            argv = ["run", "--dryrun", "-s", sched, "dist.ddp", "-j", "1x1", flag, ""]
+            if flag != "--script":
+                argv += ["--script", "t.py"] if flag != "-m" else []
+            yield f"empty{flag}-{sched}", argv, None, "image" if flag == "--image" else "empty"
+    yield "empty-s", ["run", "--dryrun", "-s", "", *DDP], None, "empty"
+    yield "empty-s-submit", ["run", "-s", "", *DDP], None, "empty"
+    yield "empty-component", ["run", "--dryrun", ""], None, "empty"
+    for verb in ("status", "describe", "log", "cancel"):
+        yield f"empty-handle-{verb}", [verb, ""], None, "empty"
+    yield "list-empty-s", ["list", "-s", ""], None, "empty"
+    yield "prune-empty-s", ["prune", "-s", ""], None, ""
+    yield "configure-empty-s", ["configure", "-s", ""], None, "empty"
+    yield "configure-empty-o", ["configure", "-s", "slurm", "-o", ""], None, "empty"
+    yield "log-empty-regex", ["log", "local_cwd://s/x", "--regex", ""], None, "empty"
+    yield "log-empty-since", ["log", "local_cwd://s/x", "--since", ""], None, "empty"
+    for comp, flag in (
+        ("utils.python", "-c"),
+        ("utils.python", "-m"),
+        ("utils.python", "--script"),
+        ("utils.copy", "--src"),
+        ("utils.copy", "--dst"),
+        ("utils.touch", "--file"),
+        ("utils.echo", "--msg"),
+    ):
+        other = {"--src": ["--dst", "/x"], "--dst": ["--src", "/x"]}.get(flag, [])
+        yield f"empty-{comp}{flag}", ["run", "--dryrun", comp, flag, "", *other], None, "empty"
+    # -- absurd numbers ---------------------------------------------------------
+    yield "log-tail-negative", ["log", "--tail", "-5", "local_cwd://s/x"], None, "--tail"
+    for value in ("nan", "inf", "-inf", "-3", "1e999", "soon"):
+        yield (
+            f"grace-{value}",
+            ["run", "--dryrun", "-cfg", f"grace_period={value}", *DDP],
+            None,
+            "grace_period",
+        )
+        yield (
+            f"grace-{value}-submit",
+            ["run", "-cfg", f"grace_period={value}", *DDP],
+            None,
+            "grace_period",
+        )
+    for value in ("nan", "inf"):
+        yield (
+            f"float-arg-{value}",
+            ["run", "--dryrun", "utils.echo", "--num_replicas", value],
+            None,
+            "num_replicas",
+        )
+    for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
+        for j in ("0x1", "1x0", "-1x1", "2x", "x2", "1:0x1", "99999999999999999999999x1"):
+            yield (
+                f"j-{j}-{sched}",
+                ["run", "--dryrun", "-s", sched, "dist.ddp", "-j", j, "--script", "t.py"],
+                None,
+                "-j",
+            )
+    # -- names and ids ------------------------------------------------------------
+    for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
+        # (blanks and other characters in --name are replaced, by design: dist.ddp
+        # derives a name from it; a name that cannot be made valid is refused.)
+        for name in (LONG, "b" * 129):
+            yield (
+                f"name-{name[:8]!r}-{sched}",
+                ["run", "--dryrun", "-s", sched, *_args(sched), "--name", name],
+                None,
+                "name",
+            )
+    for verb in ("status", "describe", "log", "cancel"):
+        for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
+            yield f"huge-id-{verb}-{sched}", [verb, f"{sched}://s/{HUGE}"], None, "5000 characters"
+        yield f"bad-handle-{verb}", [verb, "local_cwd:/x"], None, "SCHEDULER://"
+        yield (
+            f"no-such-app-{verb}",
+            [verb, "local_cwd://distspec/nope-00000000"],
+            None,
+            "no such app",
+        )
+    for which in ("role/²", "role/x", "role/-1", "role/\u0661"):
+        yield f"log-which-{which}", ["log", "local_cwd://s/x", which], None, "REPLICA"
+    yield (
+        "log-replica-contradicts",
+        ["log", "local_cwd://s/x", "r/1", "--replica", "2"],
+        None,
+        "contradicts",
+    )
+    yield "log-bad-regex", ["log", "local_cwd://s/x", "--regex", "("], None, "--regex"
+    yield "log-bad-since", ["log", "local_cwd://s/x", "--since", "yesterday"], None, "--since"
+    # -- config sources -----------------------------------------------------------
+    for key in (
+        "ini_not_utf8",
+        "toml_not_utf8",
+        "toml_sched_not_table",
+        "toml_one_sched_not_table",
+        "toml_component_not_table",
+        "toml_general_list",
+        "toml_general_table",
+        "toml_invalid",
+        "ini_bad_line",
+        "ini_unknown_key",
+        "ini_bad_option",
+    ):
+        yield f"config-{key}-run", ["run", "--dryrun", *DDP], key, FILES[key][0]
+        if key != "ini_bad_option":  # `config` shows values; `run` validates them
+            yield f"config-{key}-config", ["config"], key, FILES[key][0]
+    yield (
+        "config-component-default",
+        ["run", "--dryrun", "dist.ddp", "--script", "t.py"],
+        "ini_bad_component_default",
+        "-j",
+    )
+    # -- output paths -------------------------------------------------------------
+    for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
+        args = ["-s", sched, *_args(sched)]
+        yield (
+            f"o-existing-file-{sched}",
+            ["run", "--dryrun", "-o", "taken", *args],
+            "existing_file",
+            "-o",
+        )
+        yield f"o-proc-{sched}", ["run", "--dryrun", "-o", "/proc/distspec-x", *args], None, "-o"
+        yield f"o-without-dryrun-{sched}", ["run", "-o", "out", *args], None, "--dryrun"
+    yield (
+        "configure-missing-dir",
+        ["configure", "-s", "slurm", "-o", "no/such/dir/cfg"],
+        None,
+        "cannot write",
+    )
+    yield (
+        "configure-proc",
+        ["configure", "-s", "slurm", "-o", "/proc/distspec-cfg"],
+        None,
+        "cannot write",
+    )
+    yield (
+        "configure-not-utf8",
+        ["configure", "-s", "slurm", "-o", ".distspecconfig"],
+        "ini_not_utf8",
+        "cannot read",
+    )
+    # -- components -----------------------------------------------------------------
+    yield (
+        "import-multiline",
+        ["run", "--dryrun", "multi.py:f"],
+        "import_multiline",
+        "-v shows 2 more lines",
+    )
+    yield "import-syntax", ["run", "--dryrun", "syn.py:f"], "syntax_error", "SyntaxError"
+    yield "component-missing-file", ["run", "--dryrun", "nofile.py:f"], None, "nofile.py"
+    yield "component-unknown-flag", ["run", "--dryrun", "dist.ddp", "--bogus", "1"], None, "--bogus"
+    # -- mounts -------------------------------------------------------------------
+    for mount in (
+        "type=volume,src=data",
+        "type=volume,src=data,dst=",
+        "type=bind,src=/d,dst=rel",
+        "type=weird,src=/d",
+        "dst=/d",
+        "type=bind,src=/d,colour=red",
+    ):
+        yield (
+            f"mount-{mount}",
+            ["run", "--dryrun", "-s", "kubernetes", *K8S, "--mounts", mount],
+            None,
+            "mount",
+        )
+    # -- Kubernetes names and values, checked at compile time -----------------------
+    for cfg, text in (
+        ("namespace=Bad_NS", "namespace"),
+        ("namespace=" + "n" * 64, "namespace"),
+        ("namespace=-lead", "namespace"),
+        ("labels=Foo Bar=x", "labels"),
+        ("labels=a=b c", "labels"),
+        ("labels=a=" + "v" * 64, "labels"),
+        ("labels=UPPER.example/x=y", "labels"),
+        ("labels=/x=y", "labels"),
+        ("node_selector=a/b/c=x", "node_selector"),
+        ("node_selector=k=-v", "node_selector"),
+        ("annotations=bad key=v", "annotations"),
+        ("service_account=SA", "service_account"),
+        ("service_account=a_b", "service_account"),
+        ("priority_class=High", "priority_class"),
+        ("image_pull_secrets=ok;Not_OK", "image_pull_secrets"),
+        ("image_pull_policy=sometimes", "image_pull_policy"),
+        ("image_pull_policy=always", "image_pull_policy"),
+        ("gpu_resource=gpu", "gpu_resource"),
+        ("gpu_resource=kubernetes.io/gpu", "gpu_resource"),
+        ("gpu_resource=nvidia.com/", "gpu_resource"),
+        ("gpu_resource=Nvidia.com/gpu", "gpu_resource"),
+        ("tolerations=bad key:NoSchedule", "toleration"),
+        ("tolerations=k:Sometimes", "toleration"),
+        ("shm_size=lots", "shm_size"),
+        ("rdzv_port=0", "rdzv_port"),
+        ("flavor=volcano,queue=Q_1", "queue"),
+        ("flavor=nope", "flavor"),
+    ):
+        yield f"k8s-{cfg}", _k8s(cfg), None, text
+    yield (
+        "k8s-image-space",
+        [
+            "run",
+            "--dryrun",
+            "-s",
+            "kubernetes",
+            "dist.ddp",
+            "-j",
+            "1x1",
+            "--image",
+            "img :1",
+            "--script",
+            "t.py",
+        ],
+        None,
+        "image",
+    )
+    yield (
+        "k8s-image-tab",
+        [
+            "run",
+            "--dryrun",
+            "-s",
+            "kubernetes",
+            "dist.ddp",
+            "-j",
+            "1x1",
+            "--image",
+            "img\t1",
+            "--script",
+            "t.py",
+        ],
+        None,
+        "image",
+    )
+    yield "k8s-no-image", ["run", "--dryrun", "-s", "kubernetes", *DDP], None, "image"
+    yield (
+        "k8s-pvc-name",
+        ["run", "--dryrun", "-s", "kubernetes", *K8S, "--mounts", "type=volume,src=Data_1,dst=/d"],
+        None,
+        "PersistentVolumeClaim",
+    )
+    # -- secrets: never echoed, never doubled -------------------------------------------
+    for cfg in (
+        f"secret_env=HF_TOKEN={SECRET}",
+        f"secret_env=HF_TOKEN=Bad_{SECRET}:k",
+        f"secret_env=HF_TOKEN=s:{SECRET}/x",
+        f"secret_env={SECRET}",
+        f"secret_env=1BAD={SECRET}",
+    ):
+        yield f"secret-{cfg[:24]}", _k8s(cfg), None, "secret_env"
+    yield (
+        "secret-and-env",
+        _k8s("secret_env=HF_TOKEN=s:k", "--env", "HF_TOKEN=x"),
+        None,
+        "both --env",
+    )
+
+
+def _with_submits() -> Iterator[tuple[str, list[str], str | None, str]]:
+    """Every case, and every Slurm/PBS dry-run case again without --dryrun: refused
+    before anything reaches sbatch or qsub (the queue check in slurm_queue)."""
+    for name, argv, files, text in _cases():
+        yield name, argv, files, text
+        if (
+            argv[:2] == ["run", "--dryrun"]
+            and ("slurm" in argv or "pbs" in argv)
+            and "-o" not in argv
+        ):
+            yield f"{name}-submit", ["run", *argv[2:]], files, text
+
+
+CASES = list(_with_submits())
+
+
+def _ids() -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for case in CASES:
+        n = seen.get(case[0], 0)
+        seen[case[0]] = n + 1
+        out.append(case[0] if not n else f"{case[0]}#{n}")
+    return out
+
+
+def _listing(root: Path) -> list[tuple[str, int]]:
+    if not root.exists():
+        return []
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size if p.is_file() else -1) for p in root.rglob("*")
+    )
+
+
+def _queue() -> str | None:
+    if shutil.which("squeue") is None:
+        return None
+    proc = subprocess.run(
+        ["squeue", "-h", "-u", str(os.getuid()), "-o", "%i %j"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.stdout if proc.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def slurm_queue() -> Iterator[None]:
+    """No case may add a job to the Slurm queue (jobs named after a case's app)."""
+    before = _queue()
+    yield
+    after = _queue()
+    if before is not None and after is not None:
+        added = set(after.splitlines()) - set(before.splitlines())
+        assert not {line for line in added if "train" in line or "echo" in line}, added
+
+
+def _prepare(tmp_path: Path, key: str | None, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    if key is not None:
+        name, data = FILES[key]
+        (cwd / name).write_bytes(data)
+    monkeypatch.chdir(cwd)
+    return cwd
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 150, len(CASES)
+
+
+@pytest.mark.parametrize(("name", "argv", "files", "text"), CASES, ids=_ids())
+def test_bad_input(
+    name: str,
+    argv: list[str],
+    files: str | None,
+    text: str,
+    tmp_path: Path,
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    slurm_queue: None,
+) -> None:
+    monkeypatch.setenv("DISTSPEC_TORCHXCONFIG", "off")
+    cwd = _prepare(tmp_path, files, monkeypatch)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    before, files_before = _listing(state_dir), _listing(cwd)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code if isinstance(e.code, int) else 2
+    out, err = capfd.readouterr()
+    assert code == 2, (argv, out, err)
+    lines = err.strip("\n").splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("distspec"), err
+    assert "error" in lines[0], err
+    assert "Traceback" not in err
+    assert text in lines[0], (text, err)
+    assert SECRET not in err and SECRET not in out
+    assert out == ""
+    assert _listing(state_dir) == before, "something was written to the state dir"
+    assert _listing(cwd) == files_before, "something was written to the working directory"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "-s", "", *DDP],
+        ["status", f"local_cwd://s/{HUGE}"],
+        ["log", "local_cwd://s/x", "role/²"],
+        ["run", "--dryrun", "-s", "kubernetes", "-cfg", f"secret_env=HF_TOKEN={SECRET}", *K8S],
+    ],
+)
+def test_corpus_sample_as_a_process(argv: list[str], tmp_path: Path, state_dir: Path) -> None:
+    """The console script itself: exit 2, one line, nothing in the state dir."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "distspec", *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and SECRET not in proc.stderr
+    assert not state_dir.exists() or not any(state_dir.iterdir())
+
+
+def test_dry_run_prints_secret_references_never_values(
+    state_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Kubernetes is the one backend with secret_env: the manifest names the Secret."""
+    code = main(_k8s("secret_env=HF_TOKEN=hf-secret:token"))
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert "secretKeyRef" in out and "hf-secret" in out
+    block = out[out.index("name: HF_TOKEN") :][:200]
+    assert "value:" not in block.split("valueFrom")[0], block
+
+
+def test_multiline_error_shows_the_rest_with_verbose(
+    tmp_path: Path,
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    _prepare(tmp_path, "import_multiline", monkeypatch)
+    assert main(["run", "-v", "--dryrun", "multi.py:f"]) == 2
+    err = capfd.readouterr().err
+    assert "second line" in err and "third line" in err
