@@ -28,8 +28,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(240)
 
-#: The job every scenario runs: it ends (exit 0) once the file ``go`` exists.
-WAIT_FOR_GO = "while [ ! -e go ]; do sleep 0.05; done"
+#: The job every scenario runs: it ends (exit 0) once the file ``go`` exists, and
+#: prints on the way out (to a full or read-only disk in the fault scenarios).
+WAIT_FOR_GO = "while [ ! -e go ]; do sleep 0.05; done; echo finished; echo to-stderr >&2"
 
 
 # -- helpers (also used by the script half) -------------------------------------------
@@ -107,6 +108,18 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
     )
     env = dict(os.environ, DISTSPEC_STATE_DIR=str(state))
     seen: dict[str, Any] = {}
+    if name.endswith("_at_submit"):
+        if name == "full_at_submit":
+            (state / "local_cwd").mkdir(mode=0o700)
+            _fill(state / "filler")
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+        seen["run"] = cli(
+            "run", "-s", "local_cwd", "utils.sh", "--", "true", cwd=work, env=env
+        ).__dict__
+        seen["left"] = sorted(str(p.relative_to(state)) for p in state.rglob("*"))
+        subprocess.run(["umount", "-l", str(state)], check=False)
+        return seen
     proc = cli("run", "-s", "local_cwd", "utils.sh", "--", WAIT_FOR_GO, cwd=work, env=env)
     assert proc.returncode == 0, proc.stderr
     handle = proc.stdout.strip().splitlines()[-1]
@@ -125,14 +138,7 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
         # The supervisor's log is open from before the mount: its retry note gets through.
         until(lambda: "retrying" in (run / "supervisor.log").read_text(), "a failed write")
     elif name == "full":
-        filler = state / "filler"
-        with open(filler, "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        _fill(state / "filler")
         (work / "go").touch()
         until(lambda: not is_alive(command_pid), "the command's end")
         # A supervisor that could not cope would exit now; it must keep retrying.
@@ -157,6 +163,16 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
     seen["survivors"] = marked(app_id)
     subprocess.run(["umount", "-l", str(state)], check=False)
     return seen
+
+
+def _fill(path: Path) -> None:
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
 
 
 def _can_unshare() -> str:
@@ -220,6 +236,20 @@ def test_a_job_that_succeeds_on_a_broken_disk_is_recorded_succeeded(
     assert seen["after_state"] == "SUCCEEDED"
     assert seen["after_tmp"] == []
     assert seen["survivors"] == []
+
+
+@pytest.mark.parametrize("fault", ["full_at_submit", "readonly_at_submit"])
+def test_a_submit_onto_a_broken_disk_is_one_line_and_leaves_nothing(
+    fault: str, tmp_path: Path
+) -> None:
+    seen = _in_namespace(fault, tmp_path)
+    run = seen["run"]
+    assert run["returncode"] == 1, (run["stdout"], run["stderr"])
+    assert "Traceback" not in run["stderr"]
+    assert len(run["stderr"].strip().splitlines()) == 1, run["stderr"]
+    assert "local_cwd" in run["stderr"]
+    assert run["stdout"] == ""
+    assert seen["left"] in ([], ["filler", "local_cwd"]), seen["left"]
 
 
 # -- run directory deleted while the job runs -----------------------------------------

@@ -427,11 +427,7 @@ class _Keeper:
 
         rep = self.replica
         logs = {
-            key: os.open(
-                os.path.join(self.run_dir, rep[key]),
-                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                0o600,
-            )
+            key: _open_log(os.path.join(self.run_dir, rep[key]))
             for key in ("stdout", "stderr", "log")
         }
         if self.attempt > 1:
@@ -443,7 +439,7 @@ class _Keeper:
         except OSError as e:
             msg = f"cannot start {rep['argv'][0]!r}: {e.strerror or e}"
             self._note(logs["log"], msg)
-            os.write(logs["stderr"], f"distspec: {msg}\n".encode())
+            _write(logs["stderr"], f"distspec: {msg}\n".encode())
             self._send({"t": "exit", "returncode": 127, "reason": msg})
             return 127
         finally:
@@ -481,7 +477,7 @@ class _Keeper:
                     data = b""
                 stream, tag = names[fd]
                 if data:
-                    os.write(logs[stream], data)
+                    _write(logs[stream], data)
                 buf = partial[fd] + data
                 lines = buf.split(b"\n")
                 rest = lines.pop()
@@ -493,7 +489,7 @@ class _Keeper:
                 partial[fd] = rest
                 if lines:
                     now = f"{time.time():.6f} ".encode()
-                    os.write(logs["log"], b"".join(now + tag + b" " + ln + b"\n" for ln in lines))
+                    _write(logs["log"], b"".join(now + tag + b" " + ln + b"\n" for ln in lines))
                     if tag == b"E":
                         tail.extend(ln.decode("utf-8", "replace") for ln in lines)
                         del tail[:-_TAIL_LINES]
@@ -524,7 +520,25 @@ class _Keeper:
         return 0
 
     def _note(self, fd: int, text: str) -> None:
-        os.write(fd, f"{time.time():.6f} D distspec: {text}\n".encode())
+        _write(fd, f"{time.time():.6f} D distspec: {text}\n".encode())
+
+
+def _open_log(path: str) -> int:
+    """A log file for appending; /dev/null when it cannot be made (a read-only, full or
+    deleted run directory): the replica runs on, its output is lost, not its result."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def _write(fd: int, data: bytes) -> None:
+    """Append to a log; a full disk drops the output rather than failing the replica."""
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
 
 
 def _spawn(rep: dict[str, Any], out_w: int, err_w: int) -> int:
