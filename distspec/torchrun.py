@@ -18,6 +18,15 @@ Rendezvous, as decided here and nowhere else:
   a fixed node count. c10d assigns node ranks itself; torchrun logs a warning and
   ignores ``--node_rank`` there (``torch/distributed/run.py``, ``config_from_args``).
 - elastic ``-j MIN:MAXxM`` becomes ``--nnodes MIN:MAX``.
+
+Script arguments arrive byte-identical: torchrun passes every worker argument
+(the script or module too, unless ``--no-python``) through
+``string.Template.safe_substitute(local_rank=...)``, which turns ``$$`` into ``$``
+and ``$local_rank``/``${local_rank}`` into the worker's local rank. So
+:func:`torchrun_args` doubles every ``$`` of those arguments (:func:`escape_dollars`),
+and torchrun's ``${local_rank}`` macro is therefore *not* available: the script
+reads ``LOCAL_RANK`` from its environment, as torchrun recommends. distspec's own
+macros (``${replica_id}`` ...) are left as they are, for the backend to fill in.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distspec.errors import ComponentError
+from distspec.specs import macros
 from distspec.specs.macros import Macro
 from distspec.specs.topology import Topology
 
@@ -33,6 +43,7 @@ __all__ = [
     "RDZV_BACKENDS",
     "TORCHRUN",
     "check_rdzv_conf",
+    "escape_dollars",
     "torchrun_args",
 ]
 
@@ -70,7 +81,9 @@ def torchrun_args(
         topology: nodes (possibly elastic) and processes per node.
         script: the training script; exactly one of ``script`` and ``module``.
         module: a Python module to run as ``python -m module``.
-        script_args: arguments for the script, passed through unchanged.
+        script_args: arguments for the script; each arrives as given (every ``$``
+            escaped from torchrun's ``${local_rank}`` substitution, see
+            :func:`escape_dollars`).
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs (one of
             :data:`RDZV_BACKENDS`); single-node jobs always use c10d on localhost.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node only).
@@ -149,12 +162,31 @@ def torchrun_args(
     if no_python:
         args.append("--no-python")
     if module is not None:
-        args += ["-m", module]
+        args += ["-m", escape_dollars(module)]
     else:
         assert script is not None
-        args.append(script)
-    args += list(script_args)
+        # With --no-python the program is torchrun's entrypoint, which it does not
+        # substitute; otherwise the script is the first of the worker's arguments.
+        args.append(script if no_python else escape_dollars(script))
+    args += [escape_dollars(a) for a in script_args]
     return args
+
+
+def escape_dollars(text: str) -> str:
+    """``text`` with each ``$`` outside distspec's macros doubled, so that torchrun's
+    ``string.Template`` substitution of worker arguments gives back ``text`` (with
+    distspec's macros, such as ``${replica_id}``, filled in by the backend first;
+    their values are names and numbers, without ``$``).
+
+    ``'$$x'`` becomes ``'$$$$x'``, which torchrun turns back into ``'$$x'``;
+    ``'${local_rank}'`` becomes ``'$${local_rank}'``, which arrives as typed.
+    """
+    if "$" not in text:
+        return text
+    return "".join(
+        part.token if isinstance(part, Macro) else part.replace("$", "$$")
+        for part in macros.split(text)
+    )
 
 
 def check_rdzv_conf(text: str) -> None:

@@ -11,11 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from distspec.errors import ComponentError
 from distspec.specs import Topology
 from distspec.specs.macros import Macro, substitute
-from distspec.torchrun import TORCHRUN, torchrun_args
+from distspec.torchrun import TORCHRUN, escape_dollars, torchrun_args
+
+#: Arguments torchrun's string.Template would change if distspec did not escape them.
+_DOLLARS = ["$$x", "$", "a$", "${local_rank}", "$local_rank", "$$${x}", "$${app_id", "${"]
 
 
 def topo(text: str) -> Topology:
@@ -129,16 +134,19 @@ def _results(out: str) -> list[str]:
 def test_real_torchrun_single_node(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    args = torchrun_args(topo("1x2"), script=str(script), script_args=["--x", "a b"], tee=3)
-    args = [substitute(a, {Macro.APP_ID: "t1"}) for a in args]
+    # torchrun's ${local_rank} substitution (a string.Template) would turn $$ into $.
+    script_args = ["--x", "a b", *_DOLLARS, "node-${replica_id}"]
+    args = torchrun_args(topo("1x2"), script=str(script), script_args=script_args, tee=3)
+    args = [substitute(a, {Macro.APP_ID: "t1", Macro.REPLICA_ID: "0"}) for a in args]
     proc = subprocess.run(
         [str(TORCHRUN_BIN), *args], capture_output=True, text=True, timeout=240, env=_env(),
         cwd=tmp_path, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = ["--x", "a b", *_DOLLARS, "node-0"]
     assert _results(proc.stdout) == [
-        "RESULT rank=0 world=2 sum=2 args=['--x', 'a b']",
-        "RESULT rank=1 world=2 sum=2 args=['--x', 'a b']",
+        f"RESULT rank=0 world=2 sum=2 args={expected!r}",
+        f"RESULT rank=1 world=2 sum=2 args={expected!r}",
     ]
 
 
@@ -176,3 +184,45 @@ def test_real_torchrun_two_nodes_on_one_host(tmp_path: Path, backend: str) -> No
     ]
     if backend == "c10d":
         assert not any("node_rank is only used" in err for _, err in outs)
+
+
+# -- byte-identical arguments through torchrun's ${local_rank} substitution ----------
+
+_DOLLAR_TEXT = st.lists(
+    st.one_of(
+        st.sampled_from(["$", "$$", "{", "}", "local_rank", "${local_rank}", "x", " "]),
+        st.sampled_from([m.token for m in Macro]),
+        st.text(max_size=3),
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(args=st.lists(_DOLLAR_TEXT, max_size=4), module=st.booleans(), no_python=st.booleans())
+def test_every_argument_survives_torchrun_substitution(
+    args: list[str], module: bool, no_python: bool
+) -> None:
+    """What torchrun does to each worker argument (``Template(arg).safe_substitute(
+    local_rank=...)``, torch/distributed/elastic/utils/api.py) after the backend
+    filled in distspec's macros gives what the user typed, macros filled in."""
+    from string import Template
+
+    values = {m: f"v-{m.value}" for m in Macro}
+    target = "pkg.mod$x" if module else "train$$.py"
+    kwargs = {"module": target} if module else {"script": target, "no_python": no_python}
+    argv = torchrun_args(topo("1x2"), script_args=args, **kwargs)  # type: ignore[arg-type]
+    cut = len(argv) - len(args) - 1
+    worker = [substitute(a, values) for a in argv[cut:]]
+    substituted = [Template(a).safe_substitute(local_rank="3") for a in worker]
+    if no_python and not module:
+        # torchrun runs the program itself and substitutes only its arguments.
+        substituted[0] = worker[0]
+    assert substituted == [substitute(a, values) for a in [target, *args]]
+
+
+def test_escape_dollars_keeps_distspec_macros() -> None:
+    assert escape_dollars("$$x") == "$$$$x"
+    assert escape_dollars("${local_rank}") == "$${local_rank}"
+    assert escape_dollars("a${replica_id}$b") == "a${replica_id}$$b"
+    assert escape_dollars("plain") == "plain"
