@@ -320,8 +320,17 @@ def _dump(folder: Path, replica: int) -> Any:
     return json.loads(log.strip().splitlines()[-1])
 
 
-_text = st.text(
+_plain_text = st.text(
     alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20
+)
+#: Plain strings, and ones full of ``$`` sequences (shell and torchrun's Template both
+#: give ``$`` a meaning): joined pieces such as ``$$x``, ``${local_rank}``, ``$(id)``.
+_text = st.one_of(
+    _plain_text,
+    st.lists(
+        st.sampled_from(["$", "$$", "${", "}", "local_rank", "(", ")", "`", "x", "'", '"']),
+        max_size=6,
+    ).map("".join),
 )
 
 

@@ -379,8 +379,17 @@ def _compile_to(app: AppDef, job_dir: Path, **opts: Any) -> str:
     return sched.compile(app, options, app_id=APP_ID).render()
 
 
-_text = st.text(
+_plain_text = st.text(
     alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20
+)
+#: Plain strings, and ones full of ``$`` sequences (shell and torchrun's Template both
+#: give ``$`` a meaning): joined pieces such as ``$$x``, ``${local_rank}``, ``$(id)``.
+_text = st.one_of(
+    _plain_text,
+    st.lists(
+        st.sampled_from(["$", "$$", "${", "}", "local_rank", "(", ")", "`", "x", "'", '"']),
+        max_size=6,
+    ).map("".join),
 )
 
 
