@@ -56,6 +56,13 @@ FILES: dict[str, tuple[str, bytes]] = {
         "multi.py",
         b'raise ImportError("first line\\nsecond line\\nthird line")\n',
     ),
+    "float_component": (
+        "floaty.py",
+        b"from distspec.specs import AppDef, Role\n\n\n"
+        b"def f(lr: float = 0.1) -> AppDef:\n"
+        b'    """Doc.\n\n    Args:\n        lr: a rate\n    """\n'
+        b'    return AppDef(name="f", roles=[Role(name="f", image="", entrypoint="true")])\n',
+    ),
     "syntax_error": ("syn.py", b"def f(:\n    pass\n"),
     "existing_file": ("taken", b"not a directory\n"),
 }
@@ -137,13 +144,28 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
             None,
             "grace_period",
         )
-    for value in ("nan", "inf"):
+    for value in ("nan", "inf", "-inf", "1e999"):
         yield (
-            f"float-arg-{value}",
+            f"int-arg-{value}",
             ["run", "--dryrun", "utils.echo", "--num_replicas", value],
             None,
             "num_replicas",
         )
+        yield (
+            f"float-arg-{value}",
+            ["run", "--dryrun", "floaty.py:f", f"--lr={value}"],
+            "float_component",
+            "finite",
+        )
+    for value in ("0", "-1", "65537", "99999999999999999999"):
+        for sched in ("local_cwd", "slurm", "kubernetes"):
+            extra = ["--image", "img:1"] if sched == "kubernetes" else []
+            yield (
+                f"replicas-{value}-{sched}",
+                ["run", "--dryrun", "-s", sched, "utils.echo", "--num_replicas", value, *extra],
+                None,
+                "num_replicas",
+            )
     for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
         for j in ("0x1", "1x0", "-1x1", "2x", "x2", "1:0x1", "99999999999999999999999x1"):
             yield (
@@ -288,6 +310,8 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         ("shm_size=lots", "shm_size"),
         ("rdzv_port=0", "rdzv_port"),
         ("flavor=volcano,queue=Q_1", "queue"),
+        ("flavor=jobset,queue=a b", "queue"),
+        ("queue=-team", "queue"),
         ("flavor=nope", "flavor"),
     ):
         yield f"k8s-{cfg}", _k8s(cfg), None, text

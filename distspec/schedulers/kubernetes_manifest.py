@@ -389,6 +389,11 @@ def _check_api_names(app: AppDef, opts: KubernetesOptions) -> None:
                 f"{what} {name[:70]!r} must be a DNS-1123 subdomain: lowercase letters, "
                 "digits, '-' and '.', starting and ending with a letter or digit"
             )
+    if opts.queue is not None and opts.flavor is not Flavor.VOLCANO:
+        # Kueue's queue is a label value (kueue.x-k8s.io/queue-name).
+        problem = _value_problem(opts.queue) or ("may not be empty" if not opts.queue else None)
+        if problem:
+            fail(f"queue {opts.queue[:70]!r} is a Kueue label value: {problem}")
     if opts.image_pull_policy is not None and opts.image_pull_policy not in _PULL_POLICIES:
         fail(
             f"image_pull_policy {opts.image_pull_policy[:40]!r} must be one of "

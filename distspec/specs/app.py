@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from distspec.errors import SpecError
 from distspec.specs.frozen import FrozenDict, field, fields, frozen, frozendict
+from distspec.specs.topology import MAX_NODES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -145,6 +146,10 @@ class Role:
             raise SpecError(f"role {self.name!r} has an empty entrypoint")
         if self.num_replicas < 1:
             raise SpecError(f"role {self.name!r}: num_replicas must be >= 1")
+        if self.num_replicas > MAX_NODES:
+            # The same ceiling as -j's node count: every backend builds one entry
+            # per replica, so an absurd count would spin rather than fail.
+            raise SpecError(f"role {self.name!r}: num_replicas must be at most {MAX_NODES}")
         if self.min_replicas is not None and not 1 <= self.min_replicas <= self.num_replicas:
             raise SpecError(f"role {self.name!r}: min_replicas must be in 1..num_replicas")
         if self.max_retries < 0:
