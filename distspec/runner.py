@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from distspec.errors import AppNotFound, ConfigError, OptionError, UsageError
+from distspec.errors import AppNotFound, ConfigError, OptionError, SchedulerError, UsageError
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import frozen
 
@@ -278,8 +278,19 @@ class Runner:
         return status
 
     def cancel(self, handle: AppHandle | str) -> None:
+        """Stop the app. A record the scheduler cannot read (a corrupt local
+        ``state.json``) does not stop the cancel: the scheduler decides whether it can
+        still reach the app, and raises its error if not.
+
+        Raises:
+            AppNotFound: the scheduler has no record of the app.
+        """
         h, sched = self._resolve(handle)
-        if sched.describe(h.app_id) is None:
+        try:
+            known = sched.describe(h.app_id) is not None
+        except SchedulerError:
+            known = True
+        if not known:
             raise AppNotFound(h.format())
         _log(_INFO, "cancelling %s", h)
         sched.cancel(h.app_id)

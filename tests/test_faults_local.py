@@ -288,6 +288,23 @@ def test_a_deleted_run_dir_is_followed_to_success(state_dir: Path, tmp_path: Pat
     until(lambda: marked(app_id) == [], "every process of the run to end")
 
 
+def test_a_running_job_with_a_corrupt_record_heals_and_can_be_cancelled(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The supervisor rewrites a state file it did not write (within a second), and
+    `cancel` reaches it even while the record is unreadable."""
+    handle, app_id, run = _submit_waiting(tmp_path)
+    (run / "state.json").write_text('{"state": "RUN')
+    until(lambda: read_state(run).get("state") == "RUNNING", "the record's repair")
+    status = cli("status", handle, cwd=tmp_path)
+    assert status.returncode == 0 and "RUNNING" in status.stdout, status.stderr
+    (run / "state.json").write_text("[]")
+    cancel = cli("cancel", handle, cwd=tmp_path)
+    assert cancel.returncode == 0, cancel.stderr
+    until(lambda: read_state(run).get("state") == "CANCELLED", "the final record")
+    assert marked(app_id) == []
+
+
 # -- records of the wrong shape --------------------------------------------------------
 
 

@@ -560,17 +560,37 @@ class LocalScheduler(Scheduler[LocalOptions]):
     def cancel(self, app_id: str) -> None:
         """SIGTERM the supervisor (it stops every replica: SIGTERM to each process group,
         SIGKILL after ``grace_period``) and wait until the run is terminal and the
-        supervisor has exited (it writes the final state a moment before it exits)."""
+        supervisor has exited (it writes the final state a moment before it exits).
+
+        A running job can always be cancelled: when its state file is missing or
+        unreadable, its supervisor is found by the ``DISTSPEC_APP_ID`` it carries.
+
+        Raises:
+            SchedulerError: the state file is unreadable and no live supervisor of
+                ``app_id`` exists (nothing to cancel, and the record says nothing).
+        """
         import signal
         import time
 
         from distspec.schedulers import local_supervisor as sup
 
-        data = self._checked_state(app_id)
-        if data is None or data["state"] in _TERMINAL:
+        try:
+            data = self._checked_state(app_id)
+            unreadable: SchedulerError | None = None
+        except SchedulerError as e:
+            data, unreadable = None, e
+        if data is not None and data["state"] in _TERMINAL:
             return
-        info = data["supervisor"]
-        pid, starttime = int(info["pid"]), info.get("starttime")
+        if data is not None:
+            info = data["supervisor"]
+            pid, starttime = int(info["pid"]), info.get("starttime")
+        else:
+            found = sup.find_supervisor(app_id)
+            if found is None:
+                if unreadable is not None:
+                    raise unreadable
+                return
+            pid, starttime = found, sup.process_starttime(found)
         try:
             plan = json.loads((self.run_dir(app_id) / "plan.json").read_text())
             grace = float(plan.get("options", {}).get("grace_period", 10.0))
@@ -580,8 +600,11 @@ class LocalScheduler(Scheduler[LocalOptions]):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace + 10.0
         while time.monotonic() < deadline:
-            data = self._checked_state(app_id)
-            ended = data is None or data["state"] in _TERMINAL
+            try:
+                now = self._checked_state(app_id)
+                ended = now is None or now["state"] in _TERMINAL
+            except SchedulerError:
+                ended = True  # unreadable: the supervisor's exit is what counts
             if ended and not sup.is_alive(pid, starttime):
                 return
             time.sleep(WAIT_INTERVAL)
@@ -592,7 +615,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
             if not sup.is_alive(pid, starttime):
                 break
             time.sleep(0.01)
-        self._checked_state(app_id)
+        try:
+            self._checked_state(app_id)
+        except SchedulerError:
+            pass
 
     def list(self) -> list[AppSummary]:
         """Every run under the state dir, newest first. ``extra`` has ``submitted`` and,

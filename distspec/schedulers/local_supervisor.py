@@ -523,6 +523,15 @@ class _Keeper:
         _write(fd, f"{time.time():.6f} D distspec: {text}\n".encode())
 
 
+def _file_key(path: str) -> tuple[int, int, int] | None:
+    """(inode, size, mtime) of ``path``, None if it cannot be stat()ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _open_log(path: str) -> int:
     """A log file for appending; /dev/null when it cannot be made (a read-only, full or
     deleted run directory): the replica runs on, its output is lost, not its result."""
@@ -641,6 +650,7 @@ class Supervisor:
         self.created = time.time()
         self.last_written: Any = None
         self.write_error = ""
+        self.written_key: tuple[int, int, int] | None = None
         self.msg = ""
 
     # state file
@@ -684,14 +694,15 @@ class Supervisor:
         if ended:
             data["ended"] = time.time()
         path = os.path.join(self.run_dir, STATE_FILE)
-        if data == self.last_written and os.path.exists(path):
-            return True
+        if data == self.last_written and _file_key(path) == self.written_key:
+            return True  # unchanged, and nobody deleted, truncated or replaced it
         try:
             if not os.path.isdir(self.run_dir):
                 os.makedirs(os.path.join(self.run_dir, "logs"), mode=0o700, exist_ok=True)
             if not os.path.exists(os.path.join(self.run_dir, PLAN_FILE)):
                 write_json_atomic(os.path.join(self.run_dir, PLAN_FILE), self.plan)
             write_json_atomic(path, data)
+            self.written_key = _file_key(path)
         except OSError as e:
             self.write_error = f"cannot write {STATE_FILE}: {e.strerror or e}"
             self.last_written = None
