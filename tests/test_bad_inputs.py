@@ -157,6 +157,13 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
             "float_component",
             "finite",
         )
+    for value in ("-1", "2147483648", "99999999999999999999999"):
+        yield (
+            f"max-retries-{value}",
+            ["run", "--dryrun", *DDP, f"--max_retries={value}"],
+            None,
+            "max_retries",
+        )
     for value in ("0", "-1", "65537", "99999999999999999999"):
         for sched in ("local_cwd", "slurm", "kubernetes"):
             extra = ["--image", "img:1"] if sched == "kubernetes" else []
@@ -308,6 +315,7 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         ("tolerations=bad key:NoSchedule", "toleration"),
         ("tolerations=k:Sometimes", "toleration"),
         ("shm_size=lots", "shm_size"),
+        ("shm_size=-1Gi", "shm_size"),
         ("rdzv_port=0", "rdzv_port"),
         ("flavor=volcano,queue=Q_1", "queue"),
         ("flavor=jobset,queue=a b", "queue"),

@@ -317,6 +317,8 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
     for what, size in sizes:
         if size and not re.compile(_QUANTITY).fullmatch(size):
             fail(f"{what}: {size!r} is not a Kubernetes quantity (e.g. 16Gi, 500M)")
+        if size and size.startswith("-"):
+            fail(f"{what}: {size!r} is negative; a size limit must be >= 0")
     if opts.rdzv_port < 1 or opts.rdzv_port > 65535:
         fail(f"rdzv_port {opts.rdzv_port} is not a port number")
     if opts.flavor is Flavor.VOLCANO and opts.queue is not None and not _is_subdomain(opts.queue):

@@ -51,6 +51,7 @@ def is_name(text: str) -> bool:
 #: a file system's 255-byte limit, and Slurm, PBS and Kubernetes shorten or refuse
 #: longer ones (Kubernetes further limits what it derives, see kubernetes.py).
 MAX_NAME = 128
+_MAX_RETRIES = 2**31 - 1
 
 
 def _check_name(what: str, name: str) -> None:
@@ -152,8 +153,9 @@ class Role:
             raise SpecError(f"role {self.name!r}: num_replicas must be at most {MAX_NODES}")
         if self.min_replicas is not None and not 1 <= self.min_replicas <= self.num_replicas:
             raise SpecError(f"role {self.name!r}: min_replicas must be in 1..num_replicas")
-        if self.max_retries < 0:
-            raise SpecError(f"role {self.name!r}: max_retries must be >= 0")
+        if not 0 <= self.max_retries <= _MAX_RETRIES:
+            # The tightest backend bound: a Kubernetes backoffLimit is an int32.
+            raise SpecError(f"role {self.name!r}: max_retries must be in 0..{_MAX_RETRIES}")
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "mounts", tuple(self.mounts))
         object.__setattr__(self, "retry_policy", RetryPolicy(self.retry_policy))
