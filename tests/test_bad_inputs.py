@@ -536,3 +536,36 @@ def test_multiline_error_shows_the_rest_with_verbose(
     assert main(["run", "-v", "--dryrun", "multi.py:f"]) == 2
     err = capfd.readouterr().err
     assert "second line" in err and "third line" in err
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        "namespace=Bad_NS",
+        "namespace=" + "n" * 64,
+        "labels=Foo Bar=x",
+        "labels=a=b c",
+        "labels=a=" + "v" * 64,
+        "labels=UPPER.example/x=y",
+        "annotations=bad key=v",
+        # (k8s_validate does not check resource names, so gpu_resource, service
+        # accounts, pull policies and PVC names are not cross-checked here.)
+    ],
+)
+def test_refused_kubernetes_values_are_ones_the_api_server_rejects(
+    cfg: str, state_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Not over-strict: with distspec's own check switched off, the manifest it would
+    print breaks a rule tests/k8s_validate.py knows the API server enforces."""
+    import yaml
+
+    from distspec.schedulers import kubernetes_manifest
+    from tests.k8s_validate import check_semantics
+
+    argv = _k8s(cfg)
+    assert main(argv) == 2
+    capfd.readouterr()
+    monkeypatch.setattr(kubernetes_manifest, "_check_api_names", lambda app, opts: None)
+    assert main(argv) == 0
+    docs = [d for d in yaml.safe_load_all(capfd.readouterr().out) if d]
+    assert check_semantics(docs) != []
