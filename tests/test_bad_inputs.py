@@ -51,6 +51,10 @@ FILES: dict[str, tuple[str, bytes]] = {
     "ini_bad_line": (".distspecconfig", b"[distspec]\nthis is not a pair\n"),
     "ini_unknown_key": (".distspecconfig", b"[distspec]\nschedular = slurm\n"),
     "ini_bad_option": (".distspecconfig", b"[scheduler:local_cwd]\ngrace_period = nan\n"),
+    "ini_secret": (
+        ".distspecconfig",
+        f"[scheduler:kubernetes]\nsecret_env = HF_TOKEN={SECRET}\n".encode(),
+    ),
     "ini_bad_component_default": (".distspecconfig", b"[component:dist.ddp]\nj = 0x1\n"),
     "import_multiline": (
         "multi.py",
@@ -229,6 +233,31 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         yield f"config-{key}-run", ["run", "--dryrun", *DDP], key, FILES[key][0]
         if key != "ini_bad_option":  # `config` shows values; `run` validates them
             yield f"config-{key}-config", ["config"], key, FILES[key][0]
+    for env, text in (
+        ("DISTSPEC_LOCAL_CWD_GRACE_PERIOD=nan", "grace_period"),
+        ("DISTSPEC_LOCAL_CWD_GRACE_PERIOD=-1", "grace_period"),
+        ("DISTSPEC_LOCAL_CWD_NOPE=1", "NOPE"),
+        ("DISTSPEC_SCHEDULER=nope", "nope"),
+        ("DISTSPEC_LOG_LEVEL=LOUD", "LOUD"),
+        ("DISTSPEC_KUBERNETES_NAMESPACE=Bad_NS", "namespace"),
+        (f"DISTSPEC_KUBERNETES_SECRET_ENV={SECRET}", "secret_env"),
+        (f"DISTSPEC_KUBERNETES_SECRET_ENV=HF_TOKEN={SECRET}", "secret_env"),
+    ):
+        sched = "kubernetes" if "KUBERNETES" in env else "local_cwd"
+        yield (
+            f"config-env-{env[:36]}",
+            ["run", "--dryrun", "-s", sched, *_args(sched)]
+            if "SCHEDULER" not in env
+            else ["run", "--dryrun", *DDP],
+            f"env:{env}",
+            text,
+        )
+    yield (
+        "config-ini-secret",
+        ["run", "--dryrun", "-s", "kubernetes", *K8S],
+        "ini_secret",
+        "secret_env",
+    )
     yield (
         "config-component-default",
         ["run", "--dryrun", "dist.ddp", "--script", "t.py"],
@@ -442,9 +471,14 @@ def slurm_queue() -> Iterator[None]:
 
 
 def _prepare(tmp_path: Path, key: str | None, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh working directory with the case's file; a key ``env:NAME=VALUE`` sets
+    an environment variable instead (the environment is a config source too)."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    if key is not None:
+    if key is not None and key.startswith("env:"):
+        name, _, value = key[4:].partition("=")
+        monkeypatch.setenv(name, value)
+    elif key is not None:
         name, data = FILES[key]
         (cwd / name).write_bytes(data)
     monkeypatch.chdir(cwd)
