@@ -117,6 +117,8 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
     for verb in ("status", "describe", "log", "cancel"):
         yield f"empty-handle-{verb}", [verb, ""], None, "empty"
     yield "list-empty-s", ["list", "-s", ""], None, "empty"
+    yield "launch-empty-program", ["launch", "--", ""], None, "empty"
+    yield "launch-empty-program-dryrun", ["launch", "--dryrun", "--", " "], None, "empty"
     yield "prune-empty-s", ["prune", "-s", ""], None, ""
     yield "configure-empty-s", ["configure", "-s", ""], None, "empty"
     yield "configure-empty-o", ["configure", "-s", "slurm", "-o", ""], None, "empty"
@@ -161,6 +163,15 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
             "float_component",
             "finite",
         )
+    for flag in ("--cpu", "--gpu", "--memMB"):
+        for value in ("-1", "2147483648", "99999999999999999999999"):
+            for sched in ("local_cwd", "slurm", "kubernetes"):
+                yield (
+                    f"resource{flag}-{value}-{sched}",
+                    ["run", "--dryrun", "-s", sched, *_args(sched), f"{flag}={value}"],
+                    None,
+                    "resource",
+                )
     for value in ("-1", "2147483648", "99999999999999999999999"):
         yield (
             f"max-retries-{value}",

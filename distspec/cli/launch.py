@@ -88,6 +88,9 @@ def plan_from_args(
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
+    if command and not command[0].strip():
+        # torchrun would fail an assertion deep in its agent on an empty program.
+        raise UsageError("the command's program name is empty (an unset variable?)")
     nnodes, nproc = args.nnodes, args.nproc_per_node
     if args.j is not None:
         if nnodes is not None or nproc is not None:

@@ -51,7 +51,7 @@ def is_name(text: str) -> bool:
 #: a file system's 255-byte limit, and Slurm, PBS and Kubernetes shorten or refuse
 #: longer ones (Kubernetes further limits what it derives, see kubernetes.py).
 MAX_NAME = 128
-_MAX_RETRIES = 2**31 - 1
+_INT32_MAX = 2**31 - 1
 
 
 def _check_name(what: str, name: str) -> None:
@@ -102,6 +102,9 @@ class Resource:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"resource {name} must be a non-negative integer, got {value!r}")
+            if value > _INT32_MAX:
+                # Slurm reads counts as 32-bit; no host has more than this of anything.
+                raise SpecError(f"resource {name} must be at most {_INT32_MAX}, got {value}")
         object.__setattr__(self, "capabilities", frozendict(self.capabilities))
         object.__setattr__(self, "devices", frozendict(self.devices))
 
@@ -153,9 +156,9 @@ class Role:
             raise SpecError(f"role {self.name!r}: num_replicas must be at most {MAX_NODES}")
         if self.min_replicas is not None and not 1 <= self.min_replicas <= self.num_replicas:
             raise SpecError(f"role {self.name!r}: min_replicas must be in 1..num_replicas")
-        if not 0 <= self.max_retries <= _MAX_RETRIES:
+        if not 0 <= self.max_retries <= _INT32_MAX:
             # The tightest backend bound: a Kubernetes backoffLimit is an int32.
-            raise SpecError(f"role {self.name!r}: max_retries must be in 0..{_MAX_RETRIES}")
+            raise SpecError(f"role {self.name!r}: max_retries must be in 0..{_INT32_MAX}")
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "mounts", tuple(self.mounts))
         object.__setattr__(self, "retry_policy", RetryPolicy(self.retry_policy))
