@@ -20,11 +20,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TORCHX_PY = ROOT / ".bench" / "torchx-venv" / "bin" / "python"
 
-pytestmark = pytest.mark.skipif(
-    not TORCHX_PY.exists(),
-    reason="no .bench/torchx-venv with torchx (build it: python3 -m venv .bench/torchx-venv "
-    "&& .bench/torchx-venv/bin/pip install torchx)",
-)
+
+def _venv_problem() -> str | None:
+    """Why the TorchX venv cannot run distspec from this checkout, or None."""
+    if not TORCHX_PY.exists():
+        return "no .bench/torchx-venv with torchx (scripts/bench --cases 1 builds it)"
+    probe = subprocess.run(
+        [str(TORCHX_PY), "-c", "import torchx, hostlist, cloudpickle, pyre_extensions"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if probe.returncode:
+        return (
+            ".bench/torchx-venv lacks torchx or distspec's dependencies "
+            f"({probe.stderr.strip().splitlines()[-1]}); scripts/bench --cases 1 rebuilds it"
+        )
+    return None
+
+
+_PROBLEM = _venv_problem()
+pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")
 
 # TorchX's documented custom component (docs: "Custom Components" / quick start),
 # as a TorchX user writes it: no Args: section, TorchX's image default.
