@@ -98,7 +98,9 @@ def test_salloc_srun_torchrun_and_a_failing_rank(
             # From inside a step (as in `srun --pty bash`): the step's variables
             # must not change the layout, and the new step must not wait for its CPUs.
             shlex.join(["srun", "-N1", "-n1", "bash", "-c", _launch(out="nested")]),
-            "export ALLREDUCE_FAIL_RANK=2 ALLREDUCE_FAIL_CODE=7",
+            # rank 2 fails after the others have ended: srun passes its code on. (Were the
+            # others still running, srun would kill them and report 143, the highest code.)
+            "export ALLREDUCE_FAIL_RANK=2 ALLREDUCE_FAIL_CODE=7 ALLREDUCE_FAIL_DELAY=3",
             _launch(out="fail"),
         ]
     )

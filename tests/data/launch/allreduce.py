@@ -35,6 +35,9 @@ def main() -> int:
         )
         sys.stdout.flush()
         if os.environ.get("ALLREDUCE_FAIL_RANK") == str(dist.rank):
+            # A delay lets the other ranks end first: otherwise srun's kill of the rest
+            # (--kill-on-bad-exit) may reach them first, and srun reports 128+SIGTERM.
+            time.sleep(float(os.environ.get("ALLREDUCE_FAIL_DELAY", "0")))
             return int(os.environ.get("ALLREDUCE_FAIL_CODE", "7"))
         sleep = float(os.environ.get("ALLREDUCE_SLEEP", "0"))
         if sleep:
