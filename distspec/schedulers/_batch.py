@@ -38,7 +38,7 @@ from distspec.schedulers._common import (
     torchrun_root_cause,
 )
 from distspec.schedulers.api import CommandResult, Request, Scheduler
-from distspec.specs.app import NAME_CHARS, Role
+from distspec.specs.app import NAME_CHARS, AppDef, Role
 from distspec.specs.frozen import frozen
 
 TYPE_CHECKING = False
@@ -557,3 +557,28 @@ class BatchScheduler(Scheduler[BatchOptsT]):
     def _ended(self, job_id: str) -> bool:
         status = self.describe(job_id)
         return status is None or status.is_terminal
+
+
+def check_image_dir(
+    app: AppDef, scheduler: str, *, label: str, runs_in: str, submitted_from: str
+) -> None:
+    """Refuse a role image that is not an absolute directory path.
+
+    On Slurm and PBS a role's image is the directory its processes run in
+    (``runs_in``: ``srun --chdir``, the script's ``cd``; also ``${img_root}``);
+    there is no container runtime. A container reference
+    (``ghcr.io/pytorch/torchx:0.7.0``) would be queued and fail as it starts, so it
+    is refused here. Compile is pure: the path's syntax is checked (it starts with
+    ``/``), not whether it exists.
+
+    Raises:
+        CompileError: naming ``--image`` and what it means on ``scheduler``.
+    """
+    for role in app.roles:
+        if role.image and not role.image.startswith("/"):
+            raise CompileError(
+                scheduler,
+                f"role {role.name!r}: --image {role.image!r} is not an absolute directory; "
+                f"on {label} the image is the directory the job runs in ({runs_in}), not a container: "
+                f"leave --image out to run where {submitted_from} ran, or give an absolute path",
+            )

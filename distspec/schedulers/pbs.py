@@ -28,10 +28,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.errors import SchedulerError, UsageError
 from distspec.schedulers._batch import (
     BatchScheduler,
     JobRecord,
+    check_image_dir,
     exit_code,
     parse_int,
     read_job_folder,
@@ -190,28 +191,6 @@ class _JobInfo:
     output_path: str = ""
 
 
-def check_image_dir(app: AppDef) -> None:
-    """Refuse a role image that is not an absolute directory path.
-
-    On PBS a role's image is the directory its processes run in (the script's
-    ``cd``, and ``${img_root}``); there is no container runtime. A container
-    reference (``ghcr.io/pytorch/torchx:0.7.0``) would be queued and fail as it
-    starts, so it is refused here. Compile is pure: the path's syntax is checked
-    (it starts with ``/``), not whether it exists.
-
-    Raises:
-        CompileError: naming ``--image`` and what it means here.
-    """
-    for role in app.roles:
-        if role.image and not role.image.startswith("/"):
-            raise CompileError(
-                NAME,
-                f"role {role.name!r}: --image {role.image!r} is not an absolute directory; "
-                "on PBS the image is the directory the job runs in (cd), not a container: "
-                "leave --image out to run where qsub ran, or give an absolute path",
-            )
-
-
 # -- the scheduler ------------------------------------------------------------
 
 
@@ -234,7 +213,7 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
     def compile(self, app: AppDef, opts: PbsOptions, *, app_id: str) -> Request:
         """One qsub script; ``argv`` submits it by hand from the folder it is written to."""
         check_capabilities(app, self.capabilities, NAME)
-        check_image_dir(app)
+        check_image_dir(app, NAME, label="PBS", runs_in="cd", submitted_from="qsub")
         safe_id = safe_app_id(app_id)
         job_dir = self._job_dir(opts)
         script = compile_script(app, opts, app_id=safe_id, job_dir=job_dir)

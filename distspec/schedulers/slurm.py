@@ -25,10 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.errors import SchedulerError, UsageError
 from distspec.schedulers._batch import (
     BatchScheduler,
     JobRecord,
+    check_image_dir,
     exit_code,
     read_job_folder,
     replica_exit,
@@ -197,28 +198,6 @@ def _slurm_time(text: str) -> float | None:
         return None
 
 
-def check_image_dir(app: AppDef) -> None:
-    """Refuse a role image that is not an absolute directory path.
-
-    On Slurm a role's image is the directory its tasks run in (``srun --chdir``,
-    and ``${img_root}``); there is no container runtime. A container reference
-    (``ghcr.io/pytorch/torchx:0.7.0``) would be queued and fail as it starts, so it
-    is refused here. Compile is pure: the path's syntax is checked (it starts with
-    ``/``), not whether it exists.
-
-    Raises:
-        CompileError: naming ``--image`` and what it means here.
-    """
-    for role in app.roles:
-        if role.image and not role.image.startswith("/"):
-            raise CompileError(
-                NAME,
-                f"role {role.name!r}: --image {role.image!r} is not an absolute directory; "
-                "on Slurm the image is the directory the job runs in (srun --chdir), not a "
-                "container: leave --image out to run where sbatch ran, or give an absolute path",
-            )
-
-
 # -- the scheduler ------------------------------------------------------------
 
 
@@ -246,7 +225,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
     def compile(self, app: AppDef, opts: SlurmOptions, *, app_id: str) -> Request:
         """One sbatch script; ``argv`` submits it by hand from the folder it is written to."""
         check_capabilities(app, self.capabilities, NAME)
-        check_image_dir(app)
+        check_image_dir(app, NAME, label="Slurm", runs_in="srun --chdir", submitted_from="sbatch")
         safe_id = safe_app_id(app_id)
         script = compile_script(app, opts, app_id=safe_id, job_dir=self._job_dir(opts))
         main = f"{safe_id}.sbatch"
