@@ -14,6 +14,7 @@ schemas offline (test_kubernetes.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from distspec.errors import CompileError, UsageError
 from distspec.schedulers.api import Request
 from distspec.schedulers.kubernetes import KubernetesScheduler
 from distspec.specs.app import AppDef, Resource, Role
+from distspec.specs.frozen import FrozenDict
 from distspec.specs.state import AppState
 from tests.k8s_apiserver import require_apiserver
 
@@ -135,14 +137,19 @@ def test_server_side_dry_run(sched: KubernetesScheduler, cluster: Cluster) -> No
         cluster.ns, label_selector="distspec.io/app-id=dry-00000001"
     )
     assert jobs.items == []
-    # What only the server checks: quantities and label values.
-    bad = request_for(
-        sched,
-        cluster,
-        "dry-00000002",
-        node_selector="pool=not a label!",
-        image_pull_policy="Sometimes",
+    # distspec refuses a bad label value and pull policy itself, before any server...
+    with pytest.raises(CompileError, match="node_selector"):
+        request_for(sched, cluster, "dry-00000002", node_selector="pool=not a label!")
+    with pytest.raises(CompileError, match="image_pull_policy"):
+        request_for(sched, cluster, "dry-00000002", image_pull_policy="Sometimes")
+    # ... and the server agrees: the same values written into a valid manifest get a 422.
+    good = request_for(
+        sched, cluster, "dry-00000002", node_selector="pool=ok", image_pull_policy="IfNotPresent"
     )
+    text = good.render().replace("pool: ok", "pool: not a label!")
+    text = text.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Sometimes")
+    assert text != good.render()
+    bad = dataclasses.replace(good, files=FrozenDict({**good.files, good.main_file: text}))
     with pytest.raises(CompileError, match="422") as e:
         sched.server_dry_run(bad)
     assert "nodeSelector" in str(e.value) and "imagePullPolicy" in str(e.value)
