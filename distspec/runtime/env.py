@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import enum
 import os
-import socket
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -556,8 +555,3 @@ def read_apinfo(path: str | os.PathLike[str]) -> ApInfo | None:
     except struct.error:
         return None
     return ApInfo(pes=pes, nodes=tuple(nodes))
-
-
-def this_host() -> str:
-    """The short host name, as allocations list it."""
-    return socket.gethostname().split(".", 1)[0]
