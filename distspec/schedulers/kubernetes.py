@@ -32,6 +32,7 @@ from distspec.schedulers.kubernetes_manifest import (
     APP_NAME_LABEL,
     COMPLETION_INDEX_ANNOTATION,
     MANAGED_BY_LABEL,
+    REPLICA_OFFSET_ANNOTATION,
     ROLE_ANNOTATION,
     ROLE_LABEL,
     Flavor,
@@ -492,15 +493,19 @@ def _parse_time(ts: str) -> float:
 
 
 def _replica_index(pod: Mapping[str, Any]) -> int | None:
+    """The pod's replica id: its completion or task index, plus the offset of an
+    elastic Volcano role's second task (whose task index 0 is replica 1)."""
     meta = pod["metadata"]
+    offset = (meta.get("annotations") or {}).get(REPLICA_OFFSET_ANNOTATION)
+    shift = int(offset) if offset is not None and str(offset).isdigit() else 0
     for source in (meta.get("labels") or {}, meta.get("annotations") or {}):
         for key in (COMPLETION_INDEX_ANNOTATION, "volcano.sh/task-index"):
             value = source.get(key)
             if value is not None and str(value).isdigit():
-                return int(value)
+                return int(value) + shift
     hostname = (pod.get("spec") or {}).get("hostname") or ""
     tail = hostname.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    return int(tail) + shift if tail.isdigit() else None
 
 
 def _replicas(pods: list[dict[str, Any]]) -> list[RoleStatus]:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP_ID_LABEL",
     "MANAGED_BY_LABEL",
+    "REPLICA_OFFSET_ANNOTATION",
     "ROLE_ANNOTATION",
     "ROLE_LABEL",
     "Flavor",
@@ -50,6 +51,7 @@ __all__ = [
     "k8s_escape",
     "k8s_id",
     "k8s_role",
+    "rest_task",
 ]
 
 SCHEDULER = "kubernetes"
@@ -63,10 +65,14 @@ ROLE_ANNOTATION = "distspec.io/role-name"
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: Set by the job controller on every pod of an Indexed Job (1.21+).
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+#: On the pods of an elastic role's second Volcano task (see :func:`rest_task`): the
+#: replica id is the task index plus this.
+REPLICA_OFFSET_ANNOTATION = "distspec.io/replica-offset"
 
 # Length budget so that every derived DNS label stays <= 63 characters, the
-# longest being a JobSet pod hostname <id>-<role>-<job index>-<pod index>:
-# 32 + 1 + 15 + 2 + 1 + 7 digits = 58.
+# longest being a Volcano pod of an elastic role's second task <id>-<role>-rest-<index>:
+# 32 + 1 + 15 + 5 + 1 + 7 digits = 61 (a JobSet pod hostname
+# <id>-<role>-<job index>-<pod index>: 58).
 _ID_MAX = 32
 _ROLE_MAX = 15
 _MAX_NODES = 9_999_999
@@ -181,6 +187,11 @@ def k8s_role(role: str) -> str:
     return _dns_label(role, _ROLE_MAX)
 
 
+def rest_task(role: str) -> str:
+    """The Volcano task of an elastic role's replicas 1.. (replica 0 is task ``k8s_role``)."""
+    return f"{k8s_role(role)}-rest"
+
+
 @frozen(kw_only=False)
 class Names:
     """Every name derived from an app id: deterministic, DNS-1123, within length limits."""
@@ -256,6 +267,20 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
         seen[r] = role.name
         if role.num_replicas > _MAX_NODES:
             fail(f"role {role.name!r}: at most {_MAX_NODES} replicas")
+        if role.elastic and opts.flavor is Flavor.VOLCANO:
+            if rest_task(role.name) in {k8s_role(other.name) for other in app.roles}:
+                fail(
+                    f"role {role.name!r}: its elastic replicas run as Volcano task "
+                    f"{rest_task(role.name)!r}, the name of another role"
+                )
+            if any(Macro.REPLICA_ID in macros.find(text) for text in (role.entrypoint, *role.args)):
+                # Replica 0 is a task of its own, the rest a second task whose
+                # VK_TASK_INDEX starts at 0 again: Kubernetes cannot add 1 to it.
+                fail(
+                    f"role {role.name!r}: ${{replica_id}} is not available to an elastic role "
+                    "with flavor=volcano (replica 0 runs as a task of its own so that the "
+                    "rendezvous host is always admitted); c10d numbers the nodes itself"
+                )
         if role.elastic and opts.flavor is not Flavor.VOLCANO:
             fail(
                 f"role {role.name!r} is elastic ({role.min_replicas}:{role.num_replicas}) but "
@@ -794,18 +819,53 @@ def _volcano(
     app: AppDef, opts: KubernetesOptions, names: Names, labels: dict[str, str]
 ) -> dict[str, Any]:
     tasks = []
+
+    def policies() -> list[dict[str, Any]]:
+        return [{"exitCode": code, "action": "AbortJob"} for code in _FATAL_EXIT_CODES]
+
     for role in app.roles:
         pod = _pod_template(
             role, app, names, opts, macro_values(app, role, names, opts), labels, subdomain=None
         )
-        task: dict[str, Any] = {
-            "name": k8s_role(role.name),
-            "replicas": role.num_replicas,
-            "minAvailable": role.min_replicas or role.num_replicas,
-            "policies": [{"exitCode": code, "action": "AbortJob"} for code in _FATAL_EXIT_CODES],
-            "template": pod,
-        }
-        tasks.append(task)
+        if not role.elastic:
+            tasks.append(
+                {
+                    "name": k8s_role(role.name),
+                    "replicas": role.num_replicas,
+                    "minAvailable": role.num_replicas,
+                    "policies": policies(),
+                    "template": pod,
+                }
+            )
+            continue
+        # Elastic: a task's minAvailable admits *any* MIN of its pods, so pod 0 (the
+        # rendezvous host, <id>-<role>-0) could be left out when capacity is short.
+        # Replica 0 is therefore a task of its own with minAvailable 1, and the other
+        # replicas an elastic task (pods <id>-<role>-rest-<i>, replicas 1..). Volcano's
+        # gang check enforces every task's minAvailable when the job's minAvailable is
+        # at least their sum (it is equal here), so no gang starts without pod 0.
+        rest = _pod_template(
+            role, app, names, opts, macro_values(app, role, names, opts), labels, subdomain=None
+        )
+        rest["metadata"]["annotations"][REPLICA_OFFSET_ANNOTATION] = "1"
+        tasks.append(
+            {
+                "name": k8s_role(role.name),
+                "replicas": 1,
+                "minAvailable": 1,
+                "policies": policies(),
+                "template": pod,
+            }
+        )
+        tasks.append(
+            {
+                "name": rest_task(role.name),
+                "replicas": role.num_replicas - 1,
+                "minAvailable": (role.min_replicas or role.num_replicas) - 1,
+                "policies": policies(),
+                "template": rest,
+            }
+        )
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         # Gang scheduling: no pod starts until this many can.

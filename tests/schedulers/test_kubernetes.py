@@ -49,7 +49,9 @@ def ddp(
                 args=(
                     "--nnodes", nnodes,
                     "--nproc-per-node", str(gpus),
-                    "--node-rank", "${replica_id}",
+                    # c10d numbers nodes itself: torchrun_args passes no --node_rank
+                    # to an elastic job (distspec/torchrun.py).
+                    *(() if min_nodes else ("--node-rank", "${replica_id}")),
                     "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "${rank0_host}:29500",
                     "--rdzv-id", "${app_id}",
@@ -239,10 +241,45 @@ def test_volcano_uses_its_task_index(sched: KubernetesScheduler) -> None:
     assert job["spec"]["minAvailable"] == task["minAvailable"] == task["replicas"] == 2
 
 
-def test_volcano_elastic_gang_schedules_the_minimum(sched: KubernetesScheduler) -> None:
+def test_volcano_elastic_gang_schedules_the_minimum_with_the_rendezvous_host(
+    sched: KubernetesScheduler,
+) -> None:
+    """Replica 0 (the rendezvous host) is a task of its own with minAvailable 1, the
+    rest an elastic task; the job's minAvailable equals the sum of the tasks', the
+    condition under which Volcano's gang check enforces each task's minimum."""
     (job,) = docs_of(compile_(sched, ddp(4, 8, min_nodes=2), flavor="volcano"))
-    task = job["spec"]["tasks"][0]
-    assert (task["replicas"], task["minAvailable"], job["spec"]["minAvailable"]) == (4, 2, 2)
+    first, rest = job["spec"]["tasks"]
+    assert (first["name"], first["replicas"], first["minAvailable"]) == ("trainer", 1, 1)
+    assert (rest["name"], rest["replicas"], rest["minAvailable"]) == ("trainer-rest", 3, 1)
+    assert job["spec"]["minAvailable"] == 2 == first["minAvailable"] + rest["minAvailable"]
+    # Volcano names pods <job>-<task>-<index>: the rendezvous host is the first task's pod.
+    args = first["template"]["spec"]["containers"][0]["args"]
+    endpoint = args[args.index("--rdzv-endpoint") + 1]
+    assert endpoint == f"{APP_ID}-trainer-0.{APP_ID}:29500"
+    assert rest["template"]["metadata"]["annotations"]["distspec.io/replica-offset"] == "1"
+    assert "distspec.io/replica-offset" not in first["template"]["metadata"]["annotations"]
+    assert first["template"]["spec"] == rest["template"]["spec"]
+
+
+def test_volcano_elastic_from_one_node(sched: KubernetesScheduler) -> None:
+    (job,) = docs_of(compile_(sched, ddp(3, 8, min_nodes=1), flavor="volcano"))
+    assert [(t["replicas"], t["minAvailable"]) for t in job["spec"]["tasks"]] == [(1, 1), (2, 0)]
+    assert job["spec"]["minAvailable"] == 1
+    validate_all([job])
+
+
+def test_volcano_elastic_refuses_replica_id(sched: KubernetesScheduler) -> None:
+    app = ddp(4, 8, min_nodes=2, args=("--out", "/ckpt/${replica_id}"))
+    with pytest.raises(CompileError, match=r"replica_id.*elastic role with flavor=volcano"):
+        compile_(sched, app, flavor="volcano")
+
+
+def test_volcano_elastic_task_name_clash(sched: KubernetesScheduler) -> None:
+    app = ddp(4, 8, min_nodes=2, roles=2)
+    clash = dataclasses.replace(app.roles[1], name="trainer-rest", min_replicas=None)
+    app = dataclasses.replace(app, roles=(app.roles[0], clash))
+    with pytest.raises(CompileError, match=r"task 'trainer-rest', the name of another role"):
+        compile_(sched, app, flavor="volcano")
 
 
 @pytest.mark.parametrize("flavor", ["job", "jobset"])

@@ -82,6 +82,56 @@ def cluster() -> Iterator[Cluster]:
         c.api.close()
 
 
+CRDS = Path(__file__).resolve().parents[1] / "data" / "k8s-crds"
+
+
+def install_crd(cluster: Cluster, file: str) -> None:
+    """Install one of tests/data/k8s-crds (cluster-wide; kept, as a cluster keeps its
+    operators' CRDs) and wait until the API server serves it. Only the CRD: no
+    operator runs, so its objects are stored and validated but nothing acts on them.
+
+    One change for this old server: 1.20 refuses a CRD whose schema has
+    ``default: ""`` (it reads the empty default as null: "in body must be of type
+    string"); newer servers accept it. Those defaults (Secret/ConfigMap names, a
+    gRPC probe's service) fill in fields our manifests never leave empty, so they
+    are dropped here, and a list-map key that loses its default becomes required
+    (as 1.20 demands); every other rule of the schema stays.
+    """
+    import yaml
+
+    def strip_empty_defaults(node: Any) -> Any:
+        if isinstance(node, dict):
+            keys = node.get("x-kubernetes-list-map-keys")
+            if keys and isinstance(node.get("items"), dict):
+                items = node["items"]
+                items["required"] = sorted(set(items.get("required", [])) | set(keys))
+            return {
+                k: strip_empty_defaults(v)
+                for k, v in node.items()
+                if not (k == "default" and v == "")
+            }
+        if isinstance(node, list):
+            return [strip_empty_defaults(v) for v in node]
+        return node
+
+    body = strip_empty_defaults(yaml.safe_load((CRDS / file).read_text()))
+    ext = kubernetes.client.ApiextensionsV1Api(cluster.api)
+    try:
+        ext.create_custom_resource_definition(body)
+    except kubernetes.client.exceptions.ApiException as e:
+        if e.status != 409:
+            raise
+    name = body["metadata"]["name"]
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        return any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
+
+    wait_for(established, f"CRD {name} established")
+
+
 @pytest.fixture
 def sched(tmp_path: Path) -> KubernetesScheduler:
     return KubernetesScheduler("test", state_dir=tmp_path / "state")
@@ -211,3 +261,133 @@ def test_list(
     found = {s.app_id: s for s in sched.list()}
     assert app_id in found
     assert found[app_id].name == "ddp"
+
+
+# ----------------------------------------------------------------------------- Volcano
+
+
+def pruned(sent: Any, stored: Any, path: str = "") -> list[str]:
+    """Paths of ``sent`` that the server dropped (a structural CRD schema prunes
+    unknown fields silently instead of rejecting them)."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path or "."]
+        out = []
+        for key, value in sent.items():
+            if key not in stored:
+                out.append(f"{path}.{key}")
+            else:
+                out += pruned(value, stored[key], f"{path}.{key}")
+        return out
+    if isinstance(sent, list):
+        if not isinstance(stored, list) or len(stored) != len(sent):
+            return [path]
+        return [p for i, v in enumerate(sent) for p in pruned(v, stored[i], f"{path}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("min_nodes", [None, 2, 1], ids=["fixed", "elastic-2-4", "elastic-1-4"])
+def test_volcano_job_against_its_crd(
+    sched: KubernetesScheduler, cluster: Cluster, min_nodes: int | None
+) -> None:
+    """The Volcano Job (fixed and elastic) passes the API server's validation against
+    Volcano's own CRD schema (tests/data/k8s-crds) and nothing in it is pruned; the
+    elastic one keeps replica 0 (the rendezvous host) a task of its own."""
+    import yaml
+
+    install_crd(cluster, "batch.volcano.sh_jobs.yaml")
+    role = dataclasses.replace(
+        app(4).roles[0],
+        args=("--nnodes", "x", "--rdzv-endpoint", "${rank0_host}:29500"),
+        min_replicas=min_nodes,
+    )
+    options = sched.parse_options(
+        {"namespace": cluster.ns, "kubeconfig": cluster.kubeconfig, "flavor": "volcano"}
+    )
+    kid = f"vc{min_nodes or 0}-00000001"
+    request = sched.compile(AppDef(name="ddp", roles=(role,)), options, app_id=kid)
+    (sent,) = [d for d in yaml.safe_load_all(request.render()) if d]
+    (stored,) = sched.server_dry_run(request)
+    assert stored["metadata"]["uid"]
+    assert pruned(sent, stored) == []
+    tasks = stored["spec"]["tasks"]
+    if min_nodes is None:
+        assert [(t["name"], t["replicas"], t["minAvailable"]) for t in tasks] == [("trainer", 4, 4)]
+    else:
+        assert [(t["name"], t["replicas"], t["minAvailable"]) for t in tasks] == [
+            ("trainer", 1, 1),
+            ("trainer-rest", 3, min_nodes - 1),
+        ]
+        assert stored["spec"]["minAvailable"] == min_nodes
+    # The CRD's schema is really applied: a negative minAvailable is refused.
+    bad_text = request.render().replace(
+        f"minAvailable: {tasks[-1]['minAvailable']}", "minAvailable: -1"
+    )
+    bad = dataclasses.replace(request, files=FrozenDict({request.main_file: bad_text}))
+    with pytest.raises(CompileError, match="422"):
+        sched.server_dry_run(bad)
+
+
+def volcano_pods(cluster: Cluster, job: dict[str, Any]) -> list[str]:
+    """Create the pods Volcano's job controller would for ``job``: one per task index,
+    named ``<job>-<task>-<index>``, from the task's template, with the controller's
+    ``volcano.sh/task-index`` annotation. A stand-in: no Volcano controller runs here."""
+    names = []
+    for task in job["spec"]["tasks"]:
+        for index in range(task["replicas"]):
+            template = task["template"]
+            name = f"{job['metadata']['name']}-{task['name']}-{index}"
+            annotations = {
+                **template["metadata"]["annotations"],
+                "volcano.sh/task-index": str(index),
+            }
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": template["metadata"]["labels"],
+                    "annotations": annotations,
+                },
+                "spec": {
+                    **template["spec"],
+                    "hostname": name,
+                    "subdomain": job["metadata"]["name"],
+                },
+            }
+            cluster.core.create_namespaced_pod(cluster.ns, pod)
+            names.append(name)
+    return names
+
+
+def test_elastic_volcano_replicas_are_numbered_across_both_tasks(
+    sched: KubernetesScheduler, cluster: Cluster
+) -> None:
+    """Replica 0 is the first task's pod (the rendezvous host); the second task's pods
+    (task index 0..) are replicas 1..; describe and the failure report say so."""
+    install_crd(cluster, "batch.volcano.sh_jobs.yaml")
+    role = dataclasses.replace(
+        app(4).roles[0], args=("--rdzv-endpoint", "${rank0_host}:29500"), min_replicas=2
+    )
+    options = sched.parse_options(
+        {"namespace": cluster.ns, "kubeconfig": cluster.kubeconfig, "flavor": "volcano"}
+    )
+    kid = "vcel-00000001"
+    app_id = sched.submit(sched.compile(AppDef(name="ddp", roles=(role,)), options, app_id=kid))
+    stored = kubernetes.client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", cluster.ns, "jobs", kid
+    )
+    names = volcano_pods(cluster, stored)
+    assert names[0] == f"{kid}-trainer-0"
+    endpoint = stored["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["args"][1]
+    assert endpoint.startswith(f"{names[0]}.{kid}:")
+    status = sched.describe(app_id)
+    assert status is not None
+    replicas = status.roles[0].replicas
+    assert [(r.id, r.log.split()[0]) for r in replicas] == [
+        (0, f"pod/{kid}-trainer-0"),
+        (1, f"pod/{kid}-trainer-rest-0"),
+        (2, f"pod/{kid}-trainer-rest-1"),
+        (3, f"pod/{kid}-trainer-rest-2"),
+    ]
+    sched.cancel(app_id)
