@@ -558,7 +558,8 @@ def submit(
         fn: the function; a lambda, closure or function of ``__main__`` or of the
             user's own modules travels by value, an installed package's by name.
         args: its positional arguments (pickled with cloudpickle).
-        j: the topology ``NxM``: N nodes of M processes.
+        j: the topology ``NxM``: N nodes of M processes (a bare ``M`` is one node of
+            M processes, whatever GPUs ``options`` gives the nodes).
         scheduler: local_cwd, slurm, pbs or kubernetes; the configured default
             (local_cwd unless configured) when None.
         cfg: the scheduler's run options, as ``-cfg`` takes them (kubernetes needs
@@ -692,7 +693,8 @@ def compile_call(
     role = app.roles[0]
     from distspec.specs.topology import Topology
 
-    topology = Topology.parse(j, gpus_per_node=role.resource.gpu or None)
+    # dist.fn reads -j as dist.ddp does: a bare M is one node of M processes, GPUs or not.
+    topology = Topology.parse(j)
     return CompiledCall(
         request=request,
         payload=payload,

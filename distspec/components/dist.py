@@ -431,7 +431,15 @@ def _torchrun_app(
     tp: int = 1,
     pp: int = 1,
     cp: int = 1,
+    role_name: str | None = None,
+    derived_name: str | None = None,
 ) -> AppDef:
+    """The one torchrun role of dist.ddp/spmd/torchrun and dist.fn.
+
+    ``role_name`` replaces the name derived from the script or module (dist.fn's
+    ``fn``); ``derived_name`` is the job name without ``--name`` (the role name
+    when not given).
+    """
     if (script is None) == (m is None):
         given = "both" if script is not None else "neither"
         raise ComponentError(
@@ -444,7 +452,7 @@ def _torchrun_app(
             f"-j {j} runs {topology.nproc_per_node} processes per node but each node has "
             f"{resource.gpu} GPU(s); run at most {resource.gpu} per node or ask for more GPUs"
         )
-    role_name = role_name_for(script=script, module=m)
+    role_name = role_name or role_name_for(script=script, module=m)
     args = torchrun_args(
         topology,
         script=script,
@@ -474,7 +482,7 @@ def _torchrun_app(
         mounts=_mounts(mounts),
         metadata=frozendict({SCRIPT_METADATA: script} if script else {}),
     )
-    app_name, full_name = job_name(name, role_name)
+    app_name, full_name = job_name(name, derived_name or role_name)
     return AppDef(name=app_name, roles=(role,), metadata=frozendict(full_name))
 
 

@@ -13,16 +13,10 @@ directory), so ``distspec run dist.fn ... --dryrun`` shows what such a job submi
 
 from __future__ import annotations
 
-from distspec.components.dist import DEBUG_ENV, group_mounts, resource_for
+from distspec.components import dist
 from distspec.errors import ComponentError
-from distspec.specs.app import NAME_CHARS, AppDef, Role
-from distspec.specs.frozen import frozendict
-from distspec.specs.topology import Topology
-from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from distspec.specs.mounts import Mount
+from distspec.specs.app import AppDef
+from distspec.torchrun import DEFAULT_RDZV_PORT
 
 __all__ = [
     "ROLE",
@@ -81,9 +75,11 @@ def fn(
         fn: the function, ``pkg.module:function`` (importable on the nodes); without
             it, the function and its arguments are read from the job directory
             (what ``distspec.submit`` writes).
-        j: the topology ``[MIN:]NxM``: N nodes of M processes.
+        j: the topology ``[MIN:]NxM``: N nodes of M processes; a bare ``M`` is one
+            node of M processes whatever --gpu or -h say (as dist.ddp).
         image: the container image; empty runs in the scheduler's current environment.
-        name: the job name; the function's name when not given.
+        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (as dist.ddp): the job is
+            named RUN and records the whole name; the function's name when not given.
         h: a named host type (``gpu.large``, see ``distspec resources``); --cpu, --gpu
             and --mem_mb override it.
         cpu: CPUs per node (see dist.ddp).
@@ -122,37 +118,31 @@ def fn(
         timeout=timeout,
         fn_args=fn_args,
     )
-    resource = resource_for(h=h, cpu=cpu, gpu=gpu, mem_mb=mem_mb)
-    topology = Topology.parse(j, gpus_per_node=resource.gpu or None)
-    if resource.gpu and topology.nproc_per_node > resource.gpu:
-        raise ComponentError(
-            f"-j {j} runs {topology.nproc_per_node} processes per node but each node has "
-            f"{resource.gpu} GPU(s); run at most {resource.gpu} per node or ask for more GPUs"
-        )
-    targs = torchrun_args(
-        topology,
-        module=WORKER_MODULE,
-        script_args=args,
+    # The launch is dist.ddp's, -j and --name included (a bare -j M is one node of
+    # M processes whatever --gpu or -h say); only the program and role name differ.
+    return dist._torchrun_app(
+        tuple(args),
+        script=None,
+        m=WORKER_MODULE,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        mem_mb=mem_mb,
+        j=j,
+        bare_j=dist._BareJ.PROCESSES,
+        env=env,
+        max_retries=max_retries,
+        max_restarts=0,  # a restart would run the function again over its results
         rdzv_backend=rdzv_backend,
         rdzv_port=rdzv_port,
-        max_restarts=0,  # a restart would run the function again over its results
+        mounts=mounts,
+        debug=debug,
         tee=tee,
-        role=ROLE,
+        role_name=ROLE,
+        derived_name=job_name(fn.rpartition(":")[2] if fn else "fn"),
     )
-    role = Role(
-        name=ROLE,
-        image=image,
-        entrypoint=TORCHRUN,
-        args=tuple(targs),
-        env=frozendict({**(DEBUG_ENV if debug else {}), **(env or {})}),
-        num_replicas=topology.nodes,
-        min_replicas=topology.min_nodes,
-        resource=resource,
-        port_map=frozendict({"c10d": rdzv_port} if topology.nodes > 1 else {}),
-        max_retries=max_retries,
-        mounts=_mounts(mounts),
-    )
-    return AppDef(name=name or job_name(fn.rpartition(":")[2] if fn else "fn"), roles=(role,))
 
 
 def worker_args(
@@ -208,16 +198,7 @@ def format_groups(
 
 
 def job_name(text: str) -> str:
-    """A function's name made a valid job name (``<lambda>`` → ``lambda``)."""
-    cleaned = "".join(c if c in NAME_CHARS else "-" for c in text).strip("_.-")
-    while "--" in cleaned:
-        cleaned = cleaned.replace("--", "-")
-    return cleaned or "fn"
-
-
-def _mounts(items: list[str] | None) -> tuple[Mount, ...]:
-    if not items:
-        return ()
-    from distspec.specs.mounts import parse_mounts
-
-    return parse_mounts(group_mounts(items))
+    """A function's name made a valid job name (``<lambda>`` → ``lambda``), as
+    ``--name`` is made one (:func:`distspec.components.dist.job_name`); ``fn`` when
+    nothing is left."""
+    return dist.job_name(text.replace("/", "-"), "fn")[0]
