@@ -8,8 +8,9 @@ a second test of the page, ``PAGE[slurm]``, carrying the ``slurm`` marker: it
 needs the local Slurm cluster (scripts/slurm-cluster; ``pbs`` blocks use Slurm's
 PBS wrappers on it, not a PBS server). Blocks marked ``k8s`` run in ``PAGE[k8s]``
 against the locally built kube-apiserver (scripts/k8s-apiserver; no kubelet, so
-nothing a pod would print can be shown). Both re-run the page's other blocks
-first, since cluster blocks may use their files. New pages are picked up
+nothing a pod would print can be shown). A cluster test writes the page's
+titled files and runs only its cluster blocks (in page order), so a dry run
+whose output a cluster block submits is marked too. New pages are picked up
 automatically.
 
 The parser and matcher have their own tests below, including pages edited to be
@@ -142,11 +143,16 @@ def test_page(page: Path, cluster: str | None, tmp_path: Path) -> None:
             if block.skip is not None and block.action != "none":
                 skipped.append(f"{block.where}: {block.skip}")
                 continue
-            other = block.tags - wanted
-            if block.action not in ("write", "none") and other:
+            runs = block.action not in ("write", "none")
+            if runs and block.tags - wanted:
                 if cluster is None:
-                    skipped.append(f"{block.where}: needs {'/'.join(sorted(other))} (in PAGE[...])")
+                    need = "/".join(sorted(block.tags))
+                    skipped.append(
+                        f"{block.where}: needs {need} (runs in the page's [{need}] test)"
+                    )
                 continue
+            if runs and cluster is not None and not block.tags & wanted:
+                continue  # the page's local test runs it
             if "pbs" in block.tags and shutil.which("qsub", path=env["PATH"]) is None:
                 skipped.append(f"{block.where}: Slurm's PBS wrappers (qsub) are not installed")
                 continue
