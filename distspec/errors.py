@@ -26,6 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "EXIT_CODES",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "AppNotFound",
     "CallableError",
     "CompileError",
@@ -196,3 +201,51 @@ class RemoteError(DistspecError):
         self.exit_code = exit_code
         self.exception = exception
         super().__init__(message)
+
+
+#: Success.
+EXIT_OK = 0
+#: A :class:`SchedulerError`, a file system fault, or a job that failed with no code of its own.
+EXIT_FAILURE = 1
+#: A :class:`UsageError` or :class:`AppNotFound`: one line on stderr, nothing submitted.
+EXIT_USAGE = 2
+#: Interrupted by Ctrl-C (128 + SIGINT), as a shell reports it.
+EXIT_INTERRUPTED = 130
+
+#: Every exit code of the ``distspec`` command, declared once: ``(code, verbs, meaning)``.
+#: ``code`` is a number, or says where the number comes from. docs/reference/exit-codes.md
+#: is generated from this table (scripts/gen-docs); ``distspec status --exit-status`` adds
+#: its per-state codes, :data:`distspec.cli.status.STATE_EXIT_CODES`.
+EXIT_CODES: tuple[tuple[str, str, str], ...] = (
+    (str(EXIT_OK), "every verb", "success: the command did what it was asked"),
+    (
+        str(EXIT_FAILURE),
+        "every verb",
+        "a scheduler command or API call failed (SchedulerError: its stderr's last line is "
+        "shown), a file system fault (full disk, missing or unwritable path), or a job "
+        "that ended without an exit code of its own (cancelled, or failed with none)",
+    ),
+    (
+        str(EXIT_USAGE),
+        "every verb",
+        "a usage mistake (UsageError: a bad flag, -j, option, component argument, config "
+        "value or handle) or an app the scheduler does not know (AppNotFound): one line on "
+        "stderr, nothing submitted",
+    ),
+    (
+        str(EXIT_INTERRUPTED),
+        "every verb",
+        "interrupted by Ctrl-C (a local job followed by run --wait is cancelled first)",
+    ),
+    (
+        "the failing replica's code",
+        "run --wait",
+        "the job failed: the exit code of its first failed replica (128 + N when signal N "
+        "killed it), after its rank, host and last log lines on stderr",
+    ),
+    (
+        "the command's code",
+        "launch",
+        "the launched command (srun, mpiexec or torchrun) ran: launch exits with its code",
+    ),
+)
