@@ -67,7 +67,6 @@ __all__ = [
     "replica_state",
     "role_function",
     "safe_app_id",
-    "single_attempt",
     "task_function",
     "write_private",
 ]
@@ -221,32 +220,6 @@ distspec_stop() {
 )
 """Shell functions ``distspec_wait``, ``distspec_kill`` and ``distspec_stop`` that
 :func:`attempt_loop` needs; a script defines them before the loop."""
-
-
-def single_attempt(launch: Sequence[str], *, many: bool, check: Sequence[str] = ()) -> list[str]:
-    """The script's end without retries: what :func:`attempt_loop` does once, with no
-    ``attempt`` file and no loop.
-
-    ``launch`` and ``check`` are as for :func:`attempt_loop` (indented by two; they
-    are dedented here). With ``many`` launchers the script waits with
-    ``distspec_wait`` (:data:`WAIT_FUNCTIONS`); with one, plain ``wait`` gives its
-    status (a trapped signal interrupts it, and the trap ends the script).
-    """
-
-    def dedent(lines: Sequence[str]) -> list[str]:
-        return [line.removeprefix("  ") for line in lines]
-
-    return [
-        'rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
-        "distspec_pids=()",
-        "set -m",
-        *dedent(launch),
-        "set +m",
-        'distspec_wait "${distspec_pids[@]}"' if many else 'wait "${distspec_pids[@]}"',
-        "distspec_code=$?",
-        *dedent(check),
-        'exit "$distspec_code"',
-    ]
 
 
 def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = ()) -> list[str]:

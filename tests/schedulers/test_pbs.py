@@ -119,31 +119,43 @@ def test_unspecified_cpu_and_memory_are_left_to_the_server() -> None:
 
 
 def test_unbuffered_output_by_default_and_off_on_request() -> None:
-    text = _compile(_app(_role(2, 4)))
     # In the script (a one-node job runs there) and in the task file the hosts run.
-    assert "\nexport PYTHONUNBUFFERED=1\n" in text
-    assert "\n  echo 'export PYTHONUNBUFFERED=1'\n" in text
-    assert "PYTHONUNBUFFERED" not in _compile(_app(_role(2, 4)), unbuffered="false")
+    assert '\nexport DISTSPEC_WORKDIR="$PWD" PYTHONUNBUFFERED=1\n' in _compile(_app(_role(1, 4)))
+    text = _compile(_app(_role(2, 4)))
+    assert " DISTSPEC_WORKDIR=$3 PYTHONUNBUFFERED=1\n" in text
+    for nodes in (1, 2):
+        assert "PYTHONUNBUFFERED" not in _compile(_app(_role(nodes, 4)), unbuffered="false")
 
 
 def test_one_node_runs_directly_and_many_use_the_launcher() -> None:
     one = _compile(_app(_role(1, 2)))
-    assert "distspec_task 0 < /dev/null &" in one
-    assert "  pbsdsh -n" not in one and "  mpiexec -n" not in one
+    assert 'train.py --lr 0.1 >> "$DISTSPEC_JOB_DIR/trainer-0.log" 2>&1 < /dev/null &\n' in one
+    assert "pbsdsh" not in one and "mpiexec" not in one and "task.sh" not in one
     two = _compile(_app(_role(2, 2)))
-    assert (
-        'pbsdsh -n "${distspec_vnodes[i]}" -- /bin/bash "$DISTSPEC_TASK" "$i" < /dev/null &' in two
-    )
+    assert 'do pbsdsh -n "${vnodes[i]}" -- "${task[@]}" "$i" < /dev/null & done\n' in two
     mpi = _compile(_app(_role(2, 2)), launcher="mpiexec")
-    assert 'mpiexec -n 2 --ppn 1 /bin/bash "$DISTSPEC_TASK" < /dev/null &' in mpi
+    assert '\nmpiexec -n 2 --ppn 1 "${task[@]}" < /dev/null &\n' in mpi
+
+
+def test_common_case_scripts_are_short() -> None:
+    """#13: one role without retries reads like a hand-written script (< 40 lines)."""
+    for nodes, opts in (
+        (1, {}),
+        (2, {}),
+        (2, {"launcher": "mpiexec"}),
+        (64, {"resource_style": "nodes"}),
+    ):
+        text = _compile(_app(_role(nodes, 8, gpu=8)), **opts)
+        assert len(text.splitlines()) < 40, text
+        assert "distspec_wait" not in text and "attempt" not in text
 
 
 def test_env_is_exported_in_the_script_body() -> None:
     role = dataclasses.replace(_role(1, 1), env={"A": "x,y=z", "B": "it's"})
-    text = _compile(_app(role))
-    assert "  export A=x,y=z\n" in text
-    assert "  export B='it'\"'\"'s'\n" in text
-    assert "#PBS -v" not in text
+    for text in (_compile(_app(role)), _compile(_app(dataclasses.replace(role, num_replicas=2)))):
+        assert "\nexport A=x,y=z\n" in text
+        assert "\nexport B='it'\"'\"'s'\n" in text
+        assert "#PBS -v" not in text
 
 
 @pytest.mark.parametrize(
@@ -391,7 +403,7 @@ def test_runtime_macros_are_each_tasks_own_values(tmp_path: Path, launcher: str)
     if launcher == "pbsdsh":
         assert sorted(calls.splitlines()) == ["0 n0", "3 n1"]
     else:
-        assert calls == f"mpiexec --ppn 1 /bin/bash {folder}/task.sh\n"
+        assert calls == f"mpiexec --ppn 1 /bin/bash {folder}/task.sh 42.server n0.ib {tmp_path}\n"
     assert (folder / "exit").read_text().strip() == "0"
 
 
@@ -412,7 +424,10 @@ def test_one_node_runs_without_a_launcher_in_the_submit_dir(tmp_path: Path) -> N
     app = _dump_app(["${replica_id}", "${rank0_host}"], {}, replicas=1)
     proc = _run_script(_compile_to(app, tmp_path / "jobs"), tmp_path, hosts=["n7"] * 4)
     assert proc.returncode == 0, proc.stderr
-    assert _dump(tmp_path / "jobs" / APP_ID, 0)["argv"] == ["0", "n7"]
+    # One host: the rendezvous host is the one the script runs on (the fake hostname
+    # says "head"), whatever the nodefile says; no nodefile is needed at all.
+    assert _dump(tmp_path / "jobs" / APP_ID, 0)["argv"] == ["0", "head"]
+    assert (tmp_path / "jobs" / APP_ID / "r-0.host").read_text() == "head\n"
     assert not (tmp_path / "launcher.log").exists()
 
 
@@ -439,7 +454,7 @@ def test_a_failing_replica_fails_the_script_and_records_its_code(
     )
     text = _compile_to(app, tmp_path / "jobs", launcher=launcher)
     # A launcher that loses its tasks' codes, as pbsdsh and Slurm's mpiexec wrapper do.
-    text = text.replace(" < /dev/null &\n", " < /dev/null || true &\n")
+    text = text.replace(" < /dev/null &", " < /dev/null || true &")
     assert text.count("|| true &") == 1
     proc = _run_script(text, tmp_path, hosts=["n0", "n1"])
     assert proc.returncode == 7, proc.stderr
@@ -454,12 +469,13 @@ def test_a_replica_without_an_exit_code_fails_the_job(tmp_path: Path) -> None:
     app = _dump_app([], {})
     text = _compile_to(app, tmp_path / "jobs")
     # The launcher never starts replica 1 (and says nothing about it).
-    text = text.replace(
-        'pbsdsh -n "${distspec_vnodes[i]}"', '(( i == 1 )) || pbsdsh -n "${distspec_vnodes[i]}"'
-    )
+    launch = 'do pbsdsh -n "${vnodes[i]}"'
+    assert text.count(launch) == 1
+    text = text.replace(launch, 'do (( i == 1 )) || pbsdsh -n "${vnodes[i]}"')
     proc = _run_script(text, tmp_path, hosts=["n0", "n1"])
     assert proc.returncode == 1
-    assert "1 replica(s) recorded no exit code" in proc.stderr
+    assert "a replica recorded no exit code" in proc.stderr
+    assert (tmp_path / "jobs" / APP_ID / "exit").read_text() == "1\n"
 
 
 def test_retries_rerun_the_replicas(tmp_path: Path) -> None:
