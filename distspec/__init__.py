@@ -13,6 +13,39 @@ Python functions run as jobs with :func:`submit` (a :class:`Job` future) or the
 
 from __future__ import annotations
 
+import sys as _sys
+
+
+def _interrupted_at_startup(signum: int, frame: object) -> None:
+    """SIGINT while the ``distspec`` command still imports: one line, exit 130, no
+    traceback (nothing has been written or started yet)."""
+    import os
+
+    try:
+        os.write(2, b"distspec: interrupted\n")
+    except OSError:
+        pass
+    os._exit(130)
+
+
+def _quiet_startup_interrupts() -> None:
+    """Install :func:`_interrupted_at_startup` for SIGINT, unless SIGINT is not
+    Python's (ignored, as in a job a shell started in the background);
+    ``distspec.cli.main.run`` puts Python's back once the CLI has imported."""
+    import _signal  # type: ignore[import-not-found]  # built in, loaded: `signal` imports enum
+
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _interrupted_at_startup)
+
+
+# The `distspec` console script imports this package first, so this is the first line
+# of distspec's that it runs (`python -m distspec` calls it in distspec/__main__.py).
+if getattr(_sys, "argv", None) and _sys.argv[0].replace("\\", "/").rpartition("/")[2] in (
+    "distspec",
+    "distspec.exe",
+):
+    _quiet_startup_interrupts()
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -180,8 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"distspec {args.verb}: {_one_line(e, args.verbose)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("distspec: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:  # `distspec log ... | head`
         import os
 
@@ -199,8 +198,43 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The ``distspec`` console script: :func:`main`, then :func:`fast_exit`."""
-    fast_exit(main())
+    """The ``distspec`` console script: :func:`main`, then :func:`fast_exit`.
+
+    A Ctrl-C anywhere in it ends the process with ``distspec: interrupted`` and exit
+    code 130, never a traceback: while the CLI imports, through the handler that
+    ``distspec/__init__.py`` installs for the console script; from here on, SIGINT
+    raises ``KeyboardInterrupt`` again (the verbs clean up on it) and what reaches
+    this function ends the same way.
+    """
+    try:
+        _restore_interrupts()
+        code = main()
+    except KeyboardInterrupt:  # while parsing or importing the verb, outside its own handling
+        code = _interrupted()
+    try:
+        fast_exit(code)
+    except KeyboardInterrupt:  # while flushing the output at exit
+        import os
+
+        os._exit(130)
+
+
+def _restore_interrupts() -> None:
+    """Python's SIGINT handler (``KeyboardInterrupt``) back in place of the start-up one."""
+    import _signal  # type: ignore[import-not-found]  # built in, loaded: `signal` imports enum
+
+    import distspec
+
+    if _signal.getsignal(_signal.SIGINT) is distspec._interrupted_at_startup:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+
+
+def _interrupted() -> int:
+    try:
+        print("distspec: interrupted", file=sys.stderr)
+    except (OSError, ValueError, KeyboardInterrupt):
+        pass
+    return 130
 
 
 def fast_exit(code: int) -> None:
