@@ -139,16 +139,8 @@ def test_two_nodes_through_the_wrappers_mpiexec(
     sched: PbsScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `mpiexec` on PATH may be MPICH's or Open MPI's (Debian's alternatives pick the
-    # last installed): put the wrappers' own first. The job gets this PATH through -V.
-    wrapper = Path("/usr/bin/mpiexec.slurm")
-    if not wrapper.exists():
-        pytest.skip("Slurm's mpiexec wrapper (/usr/bin/mpiexec.slurm) is not installed")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    # A script, not a link: the wrapper runs the srun beside its own path.
-    (bin_dir / "mpiexec").write_text(f'#!/bin/sh\nexec {wrapper} "$@"\n')
-    (bin_dir / "mpiexec").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    # last installed): put the wrappers' own first.
+    _wrapper_mpiexec(tmp_path, monkeypatch)
     app = _bash(
         "two",
         'echo "replica $1 on $(hostname) rank0 $2"; exit $(( $1 == 1 ? 5 : 0 ))',
@@ -163,6 +155,57 @@ def test_two_nodes_through_the_wrappers_mpiexec(
     replicas = status.roles[0].replicas
     assert [(r.exit_code, r.hostname) for r in replicas] == [(0, "n0"), (5, "n1")]
     assert list(sched.log_iter(job, "r", 1)) == ["replica 1 on n1 rank0 n0"]
+
+
+def _wrapper_mpiexec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put Slurm's own mpiexec wrapper (srun) first on PATH; the job gets it through -V."""
+    wrapper = Path("/usr/bin/mpiexec.slurm")
+    if not wrapper.exists():
+        pytest.skip("Slurm's mpiexec wrapper (/usr/bin/mpiexec.slurm) is not installed")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    # A script, not a link: the wrapper runs the srun beside its own path.
+    (bin_dir / "mpiexec").write_text(f'#!/bin/sh\nexec {wrapper} "$@"\n')
+    (bin_dir / "mpiexec").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_failed_node_ends_the_two_node_job_with_its_code(
+    sched: PbsScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#15: the wrapper's mpiexec (srun) lets the other tasks run on when one fails; the
+    script stops them itself. Node 0 would sleep 300 s: the job must end well before
+    (wait gives up after 90 s), with node 1's code, and node 0 records no code of its own."""
+    _wrapper_mpiexec(tmp_path, monkeypatch)
+    marker = f"distspec-pbs-{uuid.uuid4().hex}"
+    app = _bash(
+        "failfast",
+        'if (( $1 == 0 )); then exec -a "$2" sleep 300; fi; echo "node 1 fails"; exit 9',
+        "${replica_id}",
+        marker,
+        nodes=2,
+    )
+    job = _run(sched, app, launcher="mpiexec", mpiexec_args="")
+    try:
+        status = sched.wait(job, timeout=90)
+        assert status is not None and status.state is AppState.FAILED, status
+    finally:
+        sched.cancel(job)
+    replicas = status.roles[0].replicas
+    assert [(r.exit_code, r.hostname) for r in replicas] == [(None, "n0"), (9, "n1")]
+    assert "exit status 9" in status.msg
+    record = sched._record(job)
+    assert record is not None and Path(record.folder, "exit").read_text() == "9\n"
+
+    def gone() -> bool:
+        ps = subprocess.run(
+            ["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=False
+        )
+        return not [
+            line for line in ps.stdout.splitlines() if marker in line and not line.startswith("Z")
+        ]
+
+    _until(gone, "node 0's sleeper to be stopped")
 
 
 def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
