@@ -23,6 +23,7 @@ one block in a working directory; the pytest side is in test_snippets.py.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,6 +318,31 @@ def _run(
     return proc.returncode, proc.stdout
 
 
+#: Where a page's shell variables are kept between its console commands.
+VARS_FILE = ".snippet-shell-vars"
+
+
+def _with_shell_vars(command: str, cwd: Path) -> str:
+    """The command, wrapped so that shell variables it sets (``H=$(distspec run ...)``)
+    are there for the page's later console commands, as in one terminal session.
+
+    Each command still starts in the page's directory (a ``cd`` does not carry over).
+    """
+    state = shlex.quote(str(cwd / VARS_FILE))
+    return (
+        "__snippet_base=$(compgen -v)\n"
+        f"if [ -f {state} ]; then source {state}; fi\n"
+        f"{command}\n"
+        "__snippet_rc=$?\n"
+        "for __snippet_v in $(compgen -v); do\n"
+        '  case "$__snippet_v" in __snippet_*|BASH_*|FUNCNAME|PIPESTATUS|_) continue;; esac\n'
+        '  printf "%s\\n" "$__snippet_base" | grep -qxF "$__snippet_v" && continue\n'
+        '  declare -p "$__snippet_v"\n'
+        f"done > {state}.new 2>/dev/null && mv {state}.new {state}\n"
+        'exit "$__snippet_rc"\n'
+    )
+
+
 def _indent(lines: list[str] | tuple[str, ...]) -> str:
     return "\n".join(f"    {line}" for line in lines) if lines else "    (nothing)"
 
@@ -350,7 +376,9 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> int:
         return 1
     commands = parse_console(block)
     for cmd in commands:
-        code, out = _run(["bash", "-c", cmd.text], cwd, full_env, block.timeout)
+        code, out = _run(
+            ["bash", "-c", _with_shell_vars(cmd.text, cwd)], cwd, full_env, block.timeout
+        )
         actual = out.splitlines()
         problems = []
         if code != block.exit_code:
