@@ -1,7 +1,7 @@
 """What distspec needs of ``typing`` at run time, without importing ``typing``.
 
 ``import typing`` costs ~4 ms of CPU on this machine kind (Python 3.11): a tenth
-of what a dry run may spend over the CLI floor (docs/performance.md). Nothing on
+of what a dry run may spend over the CLI floor (docs/contributing/performance.md). Nothing on
 the dry-run path needs it at run time, so no module on that path imports it:
 
 - each module says ``TYPE_CHECKING = False`` (mypy and ruff treat that name as

@@ -7,7 +7,7 @@ built (`scripts/k8s-apiserver build`, 8+ min once). A control plane this
 process started is stopped when the process exits; one that was already
 running is left alone.
 
-What 1.20 cannot do (see docs/kubernetes-test-cluster.md): it silently drops
+What 1.20 cannot do (see docs/contributing/kubernetes-test-cluster.md): it silently drops
 `completionMode`, `podFailurePolicy` and `podReplacementPolicy`, and there is
 no kubelet, so pods stay Pending until a test patches `pods/status`.
 """

@@ -1,6 +1,6 @@
 """The project's local two-node Slurm cluster, for integration tests.
 
-A thin wrapper around ``scripts/slurm-cluster`` (see docs/slurm-local-cluster.md)::
+A thin wrapper around ``scripts/slurm-cluster`` (see docs/contributing/slurm-local-cluster.md)::
 
     from tests.slurm_cluster import require_slurm_cluster
 

@@ -160,7 +160,7 @@ def test_dry_run_imports_only_its_backend(scheduler: str, extra: list[str]) -> N
 
 
 #: Standard-library modules a dry run has no use for, with what each costs at start-up
-#: on this machine kind (docs/performance.md): inspect (with dataclasses) ~8 ms,
+#: on this machine kind (docs/contributing/performance.md): inspect (with dataclasses) ~8 ms,
 #: typing ~4, pathlib ~4, tomllib ~9, configparser ~2, subprocess ~9,
 #: importlib.metadata ~32.
 SLOW_STDLIB = (
