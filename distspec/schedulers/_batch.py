@@ -422,9 +422,17 @@ class BatchScheduler(Scheduler[BatchOptsT]):
             raise CompileError(self.name, "no job_dir: set -cfg job_dir=/shared/absolute/dir")
         return os.path.join(self._state_dir, self.name)
 
-    def _run(self, argv: Sequence[str], what: str, *, ok: bool = True) -> CommandResult:
-        """Run a scheduler command; with ``ok``, a non-zero exit is a SchedulerError."""
-        result = self.run_cmd(argv)
+    def _run(
+        self,
+        argv: Sequence[str],
+        what: str,
+        *,
+        ok: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        """Run a scheduler command (with ``env``, in that environment); with ``ok``, a
+        non-zero exit is a SchedulerError."""
+        result = self.run_cmd(argv) if env is None else self.run_cmd(argv, env=env)
         if ok and result.returncode != 0:
             raise SchedulerError(
                 f"{what} failed",
@@ -467,8 +475,11 @@ class BatchScheduler(Scheduler[BatchOptsT]):
         records = self._records()
         if records is None:
             return
+        import time
+
         app = request.app
         record = {
+            "submitted": time.time(),
             "job_id": job_id,
             "app_id": request.app_id,
             "app": app.name,
@@ -497,6 +508,37 @@ class BatchScheduler(Scheduler[BatchOptsT]):
             folder=data["folder"],
             roles=tuple((str(n), int(c)) for n, c in data["roles"]),
         )
+
+    def _times(self, job_id: str, folder: str | None, *, ended: bool) -> dict[str, str]:
+        """``{"submitted": ..., "ended": ...}`` (POSIX times, as :class:`AppSummary`'s
+        ``extra`` has them) of a job submitted from this state dir: submitted is when the
+        record was written, ended (for a job that ended) when the job folder last changed:
+        its ``exit`` file (PBS), else its newest file (a replica's ``.exit`` or log).
+        ``{}`` for a job without a record."""
+        import json
+
+        records = self._records()
+        if records is None:
+            return {}
+        path = records / f"{job_id}.json"
+        try:
+            data = json.loads(path.read_text())
+            submitted = float(data.get("submitted") or path.stat().st_mtime)
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+        out = {"submitted": repr(submitted)}
+        if ended and folder:
+            try:
+                entries = list(os.scandir(folder))
+                stamp = next(
+                    (e.stat().st_mtime for e in entries if e.name == "exit"),
+                    max((e.stat().st_mtime for e in entries), default=None),
+                )
+            except OSError:
+                stamp = None
+            if stamp is not None:
+                out["ended"] = repr(max(stamp, submitted))
+        return out
 
     # -- logs --------------------------------------------------------------------
 

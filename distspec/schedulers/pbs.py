@@ -390,7 +390,9 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
 
     def list(self) -> list[AppSummary]:
         """The user's jobs that ``qstat`` shows (PBS Pro: not finished ones; Torque and
-        Slurm's wrappers: finished ones too, for a while)."""
+        Slurm's wrappers: finished ones too, for a while). The table has no times: a job
+        submitted from this state dir has its submission time from its record and, once
+        finished, its end from the job folder (see :meth:`BatchScheduler._times`)."""
         import getpass
 
         user = getpass.getuser()
@@ -406,6 +408,8 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
             if owner != user and not (owner.endswith("*") and user.startswith(owner[:-1])):
                 continue
             record = self._record(job_id)
+            folder = record.folder if record is not None else None
+            times = self._times(job_id, folder, ended=letter in _FINISHED)
             if letter in _FINISHED:
                 # The table has no exit status: what the job folder recorded decides.
                 if record is None:
@@ -422,6 +426,7 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
                     name=record.app if record is not None else name,
                     state=state,
                     detail=_STATE_WORDS.get(letter, "finished" if letter in _FINISHED else letter),
+                    extra=FrozenDict(times),
                 )
             )
         return sorted(out, key=lambda a: _sort_key(a.app_id), reverse=True)

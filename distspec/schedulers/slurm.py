@@ -497,13 +497,13 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
                 user,
                 "--starttime",
                 "now-7days",
-                "--format=JobID,JobName,State,Reason",
+                "--format=JobID,JobName,State,Reason,Submit,End",
             ]
-            result = self._run(argv, "sacct", ok=False)
+            result = self._run(argv, "sacct", ok=False, env=_time_env())
             if result.returncode == 0:
                 self._accounting = True
                 rows = [
-                    line.split("|")[:4]
+                    line.split("|")[:6]
                     for line in result.stdout.splitlines()
                     if line.count("|") >= 3
                 ]
@@ -518,10 +518,12 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
                     stderr=result.stderr,
                 )
         if self._accounting is False:
-            argv = ["squeue", "--noheader", "--states=all", "--user", user, "--format=%i|%j|%T|%r"]
-            result = self._run(argv, "squeue")
+            # %V: submitted, %e: ended (for a job still running, when its time is up).
+            fmt = "--format=%i|%j|%T|%r|%V|%e"
+            argv = ["squeue", "--noheader", "--states=all", "--user", user, fmt]
+            result = self._run(argv, "squeue", env=_time_env())
             rows = [
-                line.split("|")[:4] for line in result.stdout.splitlines() if line.count("|") >= 3
+                line.split("|")[:6] for line in result.stdout.splitlines() if line.count("|") >= 3
             ]
         latest: dict[str, list[str]] = {}
         for row in rows:
@@ -538,8 +540,38 @@ class SlurmScheduler(BatchScheduler[SlurmOptions]):
             mapped = _combine([SLURM_STATES.get(s, AppState.UNKNOWN) for s in states])
             name, reason = comps[0][1], comps[0][3]
             detail = states[0] + (f" ({reason})" if reason and reason != "None" else "")
-            out.append(AppSummary(app_id=base, name=name, state=mapped, detail=detail))
+            extra = {}
+            submitted = _posix_time(comps[0][4] if len(comps[0]) > 4 else "")
+            if submitted is not None:
+                extra["submitted"] = repr(submitted)
+                ends = [_posix_time(c[5] if len(c) > 5 else "") for c in comps]
+                if mapped.is_terminal and None not in ends:
+                    extra["ended"] = repr(max(e for e in ends if e is not None))
+            out.append(
+                AppSummary(
+                    app_id=base, name=name, state=mapped, detail=detail, extra=FrozenDict(extra)
+                )
+            )
         return out
+
+
+def _time_env() -> dict[str, str]:
+    """The environment with ``SLURM_TIME_FORMAT=standard``: squeue and sacct then print
+    ISO 8601 local times, whatever the user's own setting (it may be "relative")."""
+    import os
+
+    return {**os.environ, "SLURM_TIME_FORMAT": "standard"}
+
+
+def _posix_time(text: str) -> float | None:
+    """A Slurm time (``2026-11-23T15:26:35``, local time) as a POSIX time; None for
+    ``Unknown``, ``N/A``, ``None`` and anything else that is not a time."""
+    import time
+
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _component_order(key: str) -> tuple[int, int]:

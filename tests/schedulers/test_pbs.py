@@ -988,5 +988,19 @@ def test_list_keeps_the_users_jobs(
         f"------- ------ ------- -------- - -----\n"
         f"90    train    {user}    00:00:00 C debug\n",
     )
+    # The table has no times: submitted comes from the record, ended from the folder.
+    record = tmp_path / "state" / "pbs" / "jobs" / "90.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "submitted": 1000.0}))
+    os.utime(_folder(tmp_path) / "exit", (1042.5, 1042.5))
     apps = sched.list()
     assert [(a.app_id, a.state, a.detail) for a in apps] == [("90", AppState.SUCCEEDED, "finished")]
+    assert dict(apps[0].extra) == {"submitted": "1000.0", "ended": "1042.5"}
+    # While it runs: submitted only.
+    fake_commands.on(
+        "qstat",
+        stdout=f"Job id   Name   Username   Time Use S Queue\n"
+        f"------- ------ ------- -------- - -----\n"
+        f"90    train    {user}    00:00:00 R debug\n",
+    )
+    assert dict(sched.list()[0].extra) == {"submitted": "1000.0"}

@@ -11,6 +11,7 @@ by tests/schedulers/test_pbs.py (a fake pbsdsh).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -235,6 +236,22 @@ def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
         check=False,
     )
     assert "hi from pbs" in logs.stdout, logs.stdout + logs.stderr
+    # list: the qstat table has no times; the record and the job folder give them.
+    job = handle.group(0).rsplit("/", 1)[1]
+    listed = subprocess.run(
+        [str(BIN / "distspec"), "list", "-s", "pbs", "--json"],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    row = next(r for r in json.loads(listed.stdout) if r["app_id"] == job)
+    assert row["state"] == "SUCCEEDED", row
+    assert row["submitted"] <= row["ended"] and row["duration"] == row["ended"] - row["submitted"]
+    assert row["ended"] <= time.time()
     assert list(workdir.iterdir()) == []
 
 

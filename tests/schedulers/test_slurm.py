@@ -743,7 +743,10 @@ def test_list_with_and_without_accounting(
 ) -> None:
     fake_commands.on(
         "sacct",
-        stdout="5|a|COMPLETED|None\n7+0|het|RUNNING|None\n7+1|het|RUNNING|None\n6|b|CANCELLED by 0|None\n",
+        stdout="5|a|COMPLETED|None|2026-11-23T10:00:00|2026-11-23T10:00:42\n"
+        "7+0|het|RUNNING|None|2026-11-23T11:00:00|Unknown\n"
+        "7+1|het|RUNNING|None|2026-11-23T11:00:00|Unknown\n"
+        "6|b|CANCELLED by 0|None|2026-11-23T10:30:00|2026-11-23T10:31:00\n",
     )
     apps = sched.list()
     assert [(a.app_id, a.name, a.state) for a in apps] == [
@@ -751,16 +754,29 @@ def test_list_with_and_without_accounting(
         ("6", "b", AppState.CANCELLED),
         ("5", "a", AppState.SUCCEEDED),
     ]
+    # Submitted and ended (for an ended job) as POSIX times, read in local time.
+    local = time.mktime(time.strptime("2026-11-23T10:00:00", "%Y-%m-%dT%H:%M:%S"))
+    assert dict(apps[2].extra) == {"submitted": repr(local), "ended": repr(local + 42)}
+    assert dict(apps[0].extra) == {"submitted": repr(local + 3600)}
+    assert "--format=JobID,JobName,State,Reason,Submit,End" in fake_commands.calls[-1]
     fresh = SlurmScheduler(run_cmd=fake_commands, state_dir=None)
     fake_commands.on(
         "sacct", returncode=1, stderr="sacct: error: Slurm accounting storage is disabled\n"
     )
-    fake_commands.on("squeue", stdout="9|x|PENDING|Resources\n")
+    fake_commands.on(
+        "squeue",
+        stdout="9|x|PENDING|Resources|2026-11-23T10:00:00|N/A\n"
+        "8|y|COMPLETED|None|2026-11-23T10:00:00|2026-11-23T10:00:05\n",
+    )
     apps = fresh.list()
     assert [(a.app_id, a.state, a.detail) for a in apps] == [
-        ("9", AppState.PENDING, "PENDING (Resources)")
+        ("9", AppState.PENDING, "PENDING (Resources)"),
+        ("8", AppState.SUCCEEDED, "COMPLETED"),
     ]
+    assert dict(apps[0].extra) == {"submitted": repr(local)}
+    assert dict(apps[1].extra) == {"submitted": repr(local), "ended": repr(local + 5)}
     assert fake_commands.calls[-1][0] == "squeue"
+    assert fake_commands.calls[-1][-1] == "--format=%i|%j|%T|%r|%V|%e"
 
 
 def test_options_dataclass_is_frozen() -> None:

@@ -6,6 +6,7 @@ restarts every daemon); the two mode-specific tests come last and ask for theirs
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -273,10 +274,26 @@ def _short_job(sched: SlurmScheduler) -> tuple[str, AppStatus]:
 def test_status_and_list_through_squeue_and_scontrol(cluster: None, state_dir: Path) -> None:
     sched = SlurmScheduler(state_dir=state_dir)
     sched._accounting = False  # as on a cluster without slurmdbd, whatever this one has
+    before = time.time()
     job, status = _short_job(sched)
+    after = time.time()
     assert status.state is AppState.SUCCEEDED, status.format()
     assert [r.exit_code for r in status.roles[0].replicas] == [0, 0]
-    assert job in [a.app_id for a in sched.list()]
+    listed = {a.app_id: a for a in sched.list()}
+    assert job in listed
+    # squeue's submit and end times (whole seconds, local time) as POSIX times: a wrong
+    # time zone or format would put them hours away or drop them.
+    submitted, ended = (float(listed[job].extra[k]) for k in ("submitted", "ended"))
+    assert before - 2 <= submitted <= ended <= after + 2, (before, submitted, ended, after)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    shown = _cli(["list", "-s", "slurm", "--json"], env=env, cwd=state_dir.parent)
+    assert shown.returncode == 0, shown.stderr
+    row = next(r for r in json.loads(shown.stdout) if r["app_id"] == job)
+    assert row["submitted"] == submitted and row["duration"] == ended - submitted
+    table = _cli(["list", "-s", "slurm"], env=env, cwd=state_dir.parent)
+    line = next(x for x in table.stdout.splitlines() if f"/{job} " in x)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(submitted))
+    assert re.search(rf"SUCCEEDED\s+{when}\s+\d+\.\ds\s+short", line), table.stdout
 
 
 def test_status_and_list_with_accounting(state_dir: Path) -> None:
