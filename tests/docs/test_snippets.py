@@ -332,6 +332,14 @@ def _run_page(text: str, tmp_path: Path) -> int:
     return sum(run_block(b, tmp_path, env) for b in parse_page(text, "edited.md"))
 
 
+def test_shell_variables_carry_over_between_commands(tmp_path: Path) -> None:
+    page = (
+        "```console\n$ H=$(echo local_cwd://distspec/x-1); export E=2\n$ cd /\n```\n\n"
+        "```console\n$ echo $H $E; pwd\nlocal_cwd://distspec/x-1 2\n" + str(tmp_path) + "\n```\n"
+    )
+    assert _run_page(page, tmp_path) == 3
+
+
 def test_a_correct_page_passes(tmp_path: Path) -> None:
     page = (
         '```python title="hello.py"\nprint("hello from a file")\n```\n\n'
