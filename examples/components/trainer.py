@@ -1,8 +1,8 @@
 """A user component: the training knobs of one project, typed, on top of dist.ddp.
 
-Run it by path::
+Run it by path, from the repository root (it runs examples/components/train.py)::
 
-    distspec run examples/components/trainer.py:trainer --data /datasets/mnist -j 2x4
+    distspec run --wait examples/components/trainer.py:trainer --data /tmp/trainer-data
     distspec run examples/components/trainer.py:trainer --help
 """
 
@@ -37,10 +37,12 @@ def trainer(
 ) -> AppDef:
     """Train the example model with DDP.
 
-    Wraps dist.ddp: the knobs a training run needs, nothing else.
+    Wraps dist.ddp: the knobs a training run needs, nothing else. The script is
+    examples/components/train.py, relative to the directory the job runs in (the
+    repository root; on Kubernetes, the image's working directory).
 
     Args:
-        extra: more arguments for train.py, passed through unchanged.
+        extra: more arguments for the script, passed through unchanged.
         data: where the dataset lives (a path inside the job).
         epochs: how many passes over the data.
         lr: the learning rate.
@@ -68,4 +70,12 @@ def trainer(
         args += ["--tag", tag]
     if checkpoint is not None:
         args += ["--resume", checkpoint]
-    return ddp(*args, *extra, script="train.py", name="trainer", j=j, env=env, image=image)
+    return ddp(
+        *args,
+        *extra,
+        script="examples/components/train.py",
+        name="trainer",
+        j=j,
+        env=env,
+        image=image,
+    )

@@ -69,7 +69,7 @@ def test_user_component_by_path_binds_and_helps(monkeypatch: pytest.MonkeyPatch)
     role = app.roles[0]
     assert app.name == "trainer"
     assert role.num_replicas == 2
-    tail = role.args[role.args.index("train.py") + 1 :]
+    tail = role.args[role.args.index("examples/components/train.py") + 1 :]
     assert tail == ("--data", "/d", "--epochs", "1", "--lr", "0.1", "--precision", "fp32",
                     "--tag", "a", "--tag", "b", "--x")  # fmt: skip
     text = help_text(comp)
