@@ -5,6 +5,7 @@ Both submit one script per app. The script runs every replica through a wrapper,
 
     <folder>/<role>-<i>.host   the host it runs on, written by the wrapper at start
     <folder>/<role>-<i>.exit   its exit code, written by the wrapper when it exits
+    <folder>/<role>-<i>.start  the size of its log when this attempt started
     <folder>/attempt           the in-script attempt (0 first), from the retry loop
     <folder>/requeues          Slurm only: how often the job was requeued
     <folder>/exit, signal      PBS only: the script's exit code; present after SIGTERM
@@ -52,6 +53,7 @@ else:
 
 __all__ = [
     "KILL_FUNCTION",
+    "START",
     "WAIT_FUNCTIONS",
     "BatchScheduler",
     "JobRecord",
@@ -140,6 +142,7 @@ def task_function(
         *setup,
         f"local base={base}",
         *(['local attempt=$(< "$DISTSPEC_JOB_DIR/attempt")'] if attempts else []),
+        START,
         f'{host} > "$base.host"',
         *run,
         "local code=$?",
@@ -155,6 +158,10 @@ def task_function(
     body.append('return "$code"')
     return "distspec_task() {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
 
+
+START = 'stat -c %s "$base.log" > "$base.start" 2> /dev/null  # where this run starts in the log'
+"""The line a replica runs first: its log's size, so that what is read back about the
+replica (torchrun's report) is this attempt's, not an earlier one's in the same log."""
 
 KILL_FUNCTION = """\
 # distspec_kill PID...: SIGTERM to each launcher's process group (job control is on
@@ -245,7 +252,7 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
     return [
         "distspec_attempt=0",
         "while :; do",
-        '  rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
+        '  rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start}',
         '  echo "$distspec_attempt" > "$DISTSPEC_JOB_DIR/attempt"',
         "  distspec_pids=()",
         "  set -m",
@@ -279,7 +286,7 @@ def read_job_folder(folder: str | os.PathLike[str] | None) -> dict[str, str]:
     except OSError:
         return out
     for name in names:
-        if name.endswith((".exit", ".host")) or name in _STATUS_NAMES:
+        if name.endswith((".exit", ".host", ".start")) or name in _STATUS_NAMES:
             try:
                 with open(os.path.join(folder, name)) as f:
                     out[name] = f.read().strip()
@@ -308,7 +315,8 @@ def replica_exit(
     """``(exit code, reason)`` of a replica: its ``.exit`` file, refined by its log.
 
     The wrapper records the launcher's status, and torchrun exits 1 whatever its
-    worker did, so for a failed replica the end of ``<role>-<i>.log`` is searched for
+    worker did, so for a failed replica the end of ``<role>-<i>.log`` (from where this
+    attempt started, its ``.start``: earlier attempts append to the same log) is searched for
     torchrun's root-cause report (:func:`~distspec.schedulers._common.torchrun_root_cause`,
     the same reader local_cwd uses): the worker's own code (a signal N as 128+N) and
     who it was. Without a report the recorded code stays; a code above 128 is then
@@ -319,7 +327,9 @@ def replica_exit(
         return code, ""
     found = None
     if folder is not None:
-        found = torchrun_root_cause(_log_tail(os.path.join(folder, log_file_name(role, replica))))
+        start = parse_int(files.get(log_file_name(role, replica, "start"))) or 0
+        log = os.path.join(folder, log_file_name(role, replica))
+        found = torchrun_root_cause(_log_tail(log, start))
     if found is not None:
         worker, reason = found
         return worker, f"{reason}; torchrun exited with {code}"
@@ -329,18 +339,21 @@ def replica_exit(
     return code, f"exited with {code}"
 
 
-def _log_tail(path: str) -> list[str]:
-    """The last lines (up to :data:`_TAIL_BYTES`) of a log; [] when it cannot be read."""
+def _log_tail(path: str, start: int = 0) -> list[str]:
+    """The last lines (up to :data:`_TAIL_BYTES`) of a log from byte ``start`` on (where
+    the last attempt's output starts); [] when it cannot be read."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - _TAIL_BYTES))
+            # A start beyond the end: the log was replaced; read what there is.
+            begin = start if 0 <= start <= size else 0
+            f.seek(max(begin, size - _TAIL_BYTES))
             data = f.read()
     except OSError:
         return []
     lines = data.decode("utf-8", "replace").splitlines()
-    return lines[1:] if size > _TAIL_BYTES else lines
+    return lines[1:] if size - begin > _TAIL_BYTES else lines
 
 
 def replica_host(files: Mapping[str, str], role: str, replica: int, hosts: Sequence[str]) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
+    START,
     WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
@@ -393,7 +394,7 @@ def _plain_script(
         f"# Role {name} on {n} host(s), {launched}: replica i logs to {name}-i.log in the job",
         "# folder, with its host and exit code (.host, .exit); exit and signal: the script's end.",
         "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
-        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host} || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start} || exit 1',
         "trap 'echo TERM > \"$DISTSPEC_JOB_DIR/signal\"; exit 143' TERM",
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
         'echo "$code" > "$DISTSPEC_JOB_DIR/exit"\' EXIT',
@@ -409,6 +410,7 @@ def _plain_script(
             *out,
             f'export DISTSPEC_APP_ID="$PBS_JOBID" DISTSPEC_REPLICA_ID=0 DISTSPEC_RANK0_HOST={host}',
             f'export DISTSPEC_WORKDIR="$PWD"{unbuffered}',
+            START.replace('"$base.log" > "$base.start"', f'{log}.log" > {log}.start"'),
             f'hostname > {log}.host"',
             *env,
             f'{command} >> {log}.log" 2>&1 < /dev/null &',
@@ -434,6 +436,7 @@ def _plain_script(
         "export DISTSPEC_APP_ID=$1 DISTSPEC_RANK0_HOST=$2 DISTSPEC_WORKDIR=$3" + unbuffered,
         f"export DISTSPEC_JOB_DIR={shell_word(folder, {})} DISTSPEC_REPLICA_ID={rank}",
         f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID",
+        START,
         'hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1',
         *env,
         f'{command} >> "$base.log" 2>&1 < /dev/null',
@@ -465,13 +468,12 @@ def _plain_script(
     if pbsdsh:
         out.append(
             f'for ((i = 0; i < {n}; i++)); do pbsdsh -n "${{vnodes[i]}}" -- "${{task[@]}}" "$i"'
-            " < /dev/null & done"
+            ' < /dev/null & launchers+=" $!"; done'
         )
     else:
         extra = "".join(" " + shell_word(a, {}) for a in opts.mpiexec_args)
-        out.append(f'mpiexec -n {n}{extra} "${{task[@]}}" < /dev/null &')
+        out.append(f'mpiexec -n {n}{extra} "${{task[@]}}" < /dev/null & launchers=$!')
     out += [
-        "launchers=$(jobs -p)  # wait for them, or for a replica's failure (its .exit file)",
         f"while kill -0 $launchers 2> /dev/null && ! grep -qsvx 0 {exits}; do sleep 1 & wait -n; done",
         f"code=$(grep -hsvx 0 {exits} | head -n1)",
         f"[[ -n $code ]] || (( $(cat {exits} 2> /dev/null | wc -l) == {n} )) ||",

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
+    START,
     WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
@@ -378,6 +379,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
     task = [
         "",
         f"  base=$DISTSPEC_JOB_DIR/{name}-$SLURM_NODEID",
+        "  " + START,  # no single quote in it: the body is one single-quoted word
         '  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"',
         *(f"  export {key}={shell_word(value, values)}" for key, value in role.env.items()),
         "  " + shell_join([role.entrypoint, *role.args], values),
@@ -395,7 +397,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
         "# exit code per step). A requeued job starts again from the top: clear the old ones.",
         "export DISTSPEC_JOB_DIR=" + shell_word(f"{folder}-", {}) + '"$SLURM_JOB_ID"',
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
-        'rm -f "$DISTSPEC_JOB_DIR"/*.exit "$DISTSPEC_JOB_DIR"/*.host',
+        'rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start}',
         'echo "${SLURM_RESTART_COUNT:-0}" > "$DISTSPEC_JOB_DIR/requeues"',
     ]
     if opts.unbuffered:

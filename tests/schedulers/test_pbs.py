@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.schedulers._batch import read_job_folder, replica_exit
 from distspec.schedulers.pbs import (
     PBS_STATES,
     Launcher,
@@ -132,9 +133,9 @@ def test_one_node_runs_directly_and_many_use_the_launcher() -> None:
     assert 'train.py --lr 0.1 >> "$DISTSPEC_JOB_DIR/trainer-0.log" 2>&1 < /dev/null &\n' in one
     assert "pbsdsh" not in one and "mpiexec" not in one and "task.sh" not in one
     two = _compile(_app(_role(2, 2)))
-    assert 'do pbsdsh -n "${vnodes[i]}" -- "${task[@]}" "$i" < /dev/null & done\n' in two
+    assert 'do pbsdsh -n "${vnodes[i]}" -- "${task[@]}" "$i" < /dev/null & launchers+=' in two
     mpi = _compile(_app(_role(2, 2)), launcher="mpiexec")
-    assert '\nmpiexec -n 2 --ppn 1 "${task[@]}" < /dev/null &\n' in mpi
+    assert '\nmpiexec -n 2 --ppn 1 "${task[@]}" < /dev/null & launchers=$!\n' in mpi
 
 
 def test_common_case_scripts_are_short() -> None:
@@ -497,6 +498,54 @@ def test_retries_rerun_the_replicas(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "retry 1 of 2" in proc.stderr
     assert (tmp_path / "jobs" / APP_ID / "attempt").read_text().strip() == "1"
+
+
+# Replica 1 fails twice: first with a torchrun root-cause report (the shape torchrun
+# prints), then without one; replica 0 succeeds.
+_REPORT_THEN_PLAIN = r"""
+(( DISTSPEC_REPLICA_ID == 1 )) || exit 0
+if [[ ! -e $DISTSPEC_JOB_DIR/../first-run-done ]]; then
+  touch "$DISTSPEC_JOB_DIR/../first-run-done"
+  printf '%s\n' '[rank1]:ValueError: attempt 0' 'Root Cause (first observed failure):' '[0]:' \
+    '  rank      : 1 (local_rank: 1)' '  exitcode  : 7 (pid: 4242)'
+  exit 1
+fi
+echo "this time it fails without a report"
+exit 4
+"""
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_the_last_attempts_failure_is_reported_not_an_earlier_ones(
+    tmp_path: Path, retries: int
+) -> None:
+    """#15: the log keeps every attempt's output; what is read back about a replica
+    (torchrun's report, the worker's code) is the last attempt's. Without retries the
+    same holds when PBS reruns the job (the script runs twice)."""
+    app = AppDef(
+        name="report",
+        roles=(
+            Role(
+                name="r",
+                entrypoint="bash",
+                args=("-c", _REPORT_THEN_PLAIN),
+                num_replicas=2,
+                max_retries=retries,
+            ),
+        ),
+    )
+    text = _compile_to(app, tmp_path / "jobs")
+    folder = tmp_path / "jobs" / APP_ID
+    for _ in range(1 if retries else 2):  # no retries: PBS reruns the job (-r y, qrerun)
+        proc = _run_script(text, tmp_path, hosts=["n0", "n1"])
+    assert proc.returncode == 4, proc.stderr
+    assert "exitcode  : 7" in (folder / "r-1.log").read_text()  # the first run's report
+    files = read_job_folder(folder)
+    assert (files["r-0.exit"], files["r-1.exit"]) == ("0", "4")
+    assert replica_exit(folder, files, "r", 1) == (4, "exited with 4")
+    # Read from the log's start (no .start file), the first run's report would win.
+    whole = {k: v for k, v in files.items() if not k.endswith(".start")}
+    assert replica_exit(folder, whole, "r", 1)[0] == 7
 
 
 # Attempt 0: replica 0 stops the batch shell, replica 1 succeeds, replica 0 fails, and

@@ -209,6 +209,31 @@ def test_a_failed_node_ends_the_two_node_job_with_its_code(
     _until(gone, "node 0's sleeper to be stopped")
 
 
+def test_a_retry_reports_the_last_attempts_failure(sched: PbsScheduler, tmp_path: Path) -> None:
+    """As on Slurm: attempt 0's real torchrun reports rank 1 exiting 7; attempt 1 fails
+    with 4 and no report. The status is attempt 1's."""
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING_RANK)
+    marker = tmp_path / "first-attempt-done"
+    command = (
+        f"if [[ ! -e {marker} ]]; then touch {marker}; exec torchrun --standalone --nnodes 1 "
+        f"--nproc_per_node 2 {script} exit7; fi; "
+        'echo "attempt 1 fails without a report"; exit 4'
+    )
+    app = AppDef(
+        name="lastreport",
+        roles=(Role(name="r", entrypoint="bash", args=("-c", command), max_retries=1),),
+    )
+    job = _run(sched, app)
+    status = sched.wait(job, timeout=180)
+    assert status is not None and status.state is AppState.FAILED, status
+    replica = status.roles[0].replicas[0]
+    assert (replica.exit_code, replica.reason) == (4, "exited with 4"), status.format()
+    assert status.num_restarts == 1
+    log = "\n".join(sched.log_iter(job, "r", 0))
+    assert "exitcode  : 7" in log and "attempt 1 fails without a report" in log
+
+
 def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
     require_slurm_cluster()
     if shutil.which("qsub") is None:

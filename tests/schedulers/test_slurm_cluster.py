@@ -344,6 +344,39 @@ def test_run_wait_exits_with_the_ranks_own_code_or_signal(
         assert "its last line: ValueError: the real error" in proc.stderr, proc.stderr
 
 
+def _report_then_plain(tmp_path: Path) -> AppDef:
+    """One node, one retry: attempt 0 runs real torchrun, whose rank 1 exits 7 (torchrun
+    reports it and exits 1); attempt 1 fails with 4 and prints no report."""
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING_RANK)
+    marker = tmp_path / "first-attempt-done"
+    command = (
+        f"if [[ ! -e {marker} ]]; then touch {marker}; exec torchrun --standalone --nnodes 1 "
+        f"--nproc_per_node 2 {script} exit7; fi; "
+        'echo "attempt 1 fails without a report"; exit 4'
+    )
+    return AppDef(
+        name="lastreport",
+        roles=(Role(name="r", entrypoint="bash", args=("-c", command), max_retries=1),),
+    )
+
+
+def test_a_retry_reports_the_last_attempts_failure(
+    cluster: None, state_dir: Path, tmp_path: Path
+) -> None:
+    """#15: the log holds both attempts; the status is the last one's (4), not the
+    first attempt's torchrun report (rank 1 exited with 7)."""
+    sched = SlurmScheduler(state_dir=state_dir)
+    job = _submit(sched, _report_then_plain(tmp_path))
+    status = sched.wait(job, timeout=180)
+    assert status is not None and status.state is AppState.FAILED, status
+    replica = status.roles[0].replicas[0]
+    assert (replica.exit_code, replica.reason) == (4, "exited with 4"), status.format()
+    assert status.num_restarts == 1
+    log = "\n".join(sched.log_iter(job, "r", 0))
+    assert "exitcode  : 7" in log and "attempt 1 fails without a report" in log
+
+
 def test_job_dir_folder_script_and_record_are_private(cluster: None, state_dir: Path) -> None:
     """The script holds the job's --env values and the folder its logs: 0700 folders,
     0600 files, whatever the umask (here the permissive 022)."""
