@@ -339,7 +339,8 @@ def _where(status: AppStatus) -> list[str]:
     logs = [r.log for role in status.roles for r in role.replicas if r.log]
     if logs:
         folder = os.path.dirname(logs[0])
-        same = all(os.path.dirname(p) == folder for p in logs)
+        # A Kubernetes replica's log is a pod ("pod/NAME (namespace NS)"), not a file.
+        same = all(os.path.dirname(p) == folder for p in logs) and not logs[0].startswith("pod/")
         lines.append(f"  logs:          {folder}/" if same else f"  logs:          {logs[0]} ...")
     return lines
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from distspec.errors import AppNotFound, CompileError, SchedulerError, UsageError
-from distspec.schedulers._common import check_capabilities
+from distspec.schedulers._common import check_capabilities, signal_name, torchrun_root_cause
 from distspec.schedulers.api import (
     AppSummary,
     Capabilities,
@@ -330,8 +330,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         selector = f"{APP_ID_LABEL}={kid},{ROLE_LABEL}={k8s_role(role)}"
 
         def attempts() -> list[dict[str, Any]]:
-            pods = [p for p in kube.pods(ns, selector) if _replica_index(p) == replica]
-            return sorted(pods, key=_created)
+            # Numbered as describe numbers them (pods without an index too).
+            return _by_replica(kube.pods(ns, selector)).get(replica, [])
 
         pods = attempts()
         if not pods and not follow:
@@ -519,26 +519,32 @@ def _replicas(pods: list[dict[str, Any]]) -> list[RoleStatus]:
         by_role.setdefault(role, []).append(pod)
     roles = []
     for role, group in by_role.items():
-        group.sort(key=lambda p: (_created(p), p["metadata"]["name"]))
-        by_index: dict[int, list[dict[str, Any]]] = {}
-        unindexed = [p for p in group if _replica_index(p) is None]
-        for pod in group:
-            index = _replica_index(pod)
-            if index is not None:
-                by_index.setdefault(index, []).append(pod)
-        # A Kubernetes 1.20 server drops completionMode: pods have no index,
-        # so number them in creation order.
-        next_free = 0
-        for pod in unindexed:
-            while next_free in by_index:
-                next_free += 1
-            by_index[next_free] = [pod]
         replicas = [
-            _replica_status(role, index, attempts) for index, attempts in sorted(by_index.items())
+            _replica_status(role, index, attempts)
+            for index, attempts in sorted(_by_replica(group).items())
         ]
         roles.append(RoleStatus(role=role, replicas=tuple(replicas)))
     roles.sort(key=lambda r: r.role)
     return roles
+
+
+def _by_replica(pods: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """One role's pods by replica id, each replica's attempts oldest first."""
+    group = sorted(pods, key=lambda p: (_created(p), p["metadata"]["name"]))
+    by_index: dict[int, list[dict[str, Any]]] = {}
+    unindexed = [p for p in group if _replica_index(p) is None]
+    for pod in group:
+        index = _replica_index(pod)
+        if index is not None:
+            by_index.setdefault(index, []).append(pod)
+    # A Kubernetes 1.20 server drops completionMode: pods have no index,
+    # so number them in creation order.
+    next_free = 0
+    for pod in unindexed:
+        while next_free in by_index:
+            next_free += 1
+        by_index[next_free] = [pod]
+    return by_index
 
 
 def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> ReplicaStatus:
@@ -548,18 +554,27 @@ def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> Re
     exit_code: int | None = None
     reason = status.get("reason") or ""  # e.g. Evicted
     restarts = len(attempts) - 1
-    for cs in status.get("containerStatuses") or []:
-        restarts += int(cs.get("restartCount") or 0)
-        cstate = cs.get("state") or {}
-        if "terminated" in cstate:
-            term = cstate["terminated"]
-            exit_code = term.get("exitCode")
-            reason = reason or (term.get("reason") or "")  # OOMKilled, Error, Completed
-        elif "waiting" in cstate:
-            reason = reason or (cstate["waiting"].get("reason") or "")  # ImagePullBackOff
-    if reason == "Completed":
-        reason = ""
     meta = pod["metadata"]
+    statuses = list(status.get("containerStatuses") or [])
+    for cs in statuses:
+        restarts += int(cs.get("restartCount") or 0)
+    # The role's own container (an injected sidecar is not the program).
+    mine = (meta.get("labels") or {}).get(ROLE_LABEL)
+    ours = [cs for cs in statuses if cs.get("name") == mine] or statuses[:1]
+    for cs in ours:
+        cstate = cs.get("state") or {}
+        waiting = (cstate.get("waiting") or {}).get("reason") or ""  # ImagePullBackOff
+        term = cstate.get("terminated")
+        if term is None and "waiting" in cstate:
+            # A container restarted in place keeps how its last run ended in
+            # lastState while it waits to start again (CrashLoopBackOff).
+            term = (cs.get("lastState") or {}).get("terminated")
+        why = ""
+        if term is not None:
+            exit_code, why = _container_exit(term, k8s_role(role))
+        if waiting and why:
+            why = f"{waiting}; last run: {why}"
+        reason = reason or why or waiting
     return ReplicaStatus(
         role=role,
         id=index,
@@ -572,6 +587,38 @@ def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> Re
         log=f"pod/{meta['name']} (namespace {meta.get('namespace', 'default')})",
         started=_parse_time(status["startTime"]) if status.get("startTime") else None,
     )
+
+
+def _container_exit(term: Mapping[str, Any], container: str) -> tuple[int | None, str]:
+    """``(exit code, reason)`` of a terminated container, as the batch backends give
+    them: torchrun's root-cause report, found in the termination message (with
+    ``terminationMessagePolicy: FallbackToLogsOnError`` the kubelet keeps the last
+    lines of a failed container's log there, at most 80 lines / 2 KiB), gives the
+    failed worker's own code (a signal N as 128+N), rank and last line; else a code
+    above 128 is named as a signal. The kubelet's reason (``OOMKilled``,
+    ``DeadlineExceeded``, ...) comes first; its ``Error``/``Completed`` say nothing.
+    Reason "" for a container that exited 0."""
+    code = term.get("exitCode")
+    if not isinstance(code, int):
+        return None, ""
+    kubelet = str(term.get("reason") or "")
+    kubelet = "" if kubelet in ("Error", "Completed") else kubelet
+    if code == 0:
+        return code, kubelet
+    lines = str(term.get("message") or "").splitlines()
+    found = torchrun_root_cause(lines, container)
+    if found is not None:
+        worker, why = found
+        why = f"{why}; torchrun exited with {code}"
+        code = worker
+    elif 128 < code < 128 + 65:
+        why = f"killed by {signal_name(code - 128)}"
+    else:
+        why = f"exited with {code}"
+        last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+        if last:
+            why += f"; its last line: {last[:200]}"
+    return code, f"{kubelet}: {why}" if kubelet else why
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:

@@ -581,6 +581,10 @@ def _container(
         container["args"] = [_expand(a, values) for a in role.args]
     if opts.image_pull_policy:
         container["imagePullPolicy"] = opts.image_pull_policy
+    # A failed container's last log lines (80 lines / 2 KiB) go into its status, where
+    # describe finds torchrun's root-cause report (the failed worker's exit code and
+    # rank) even when the log itself can no longer be read (the node is gone).
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if env:
         container["env"] = env
     ports = [{"name": "rdzv", "containerPort": opts.rdzv_port, "protocol": "TCP"}]

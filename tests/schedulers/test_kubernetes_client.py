@@ -178,7 +178,7 @@ def test_describe_per_replica(sched: KubernetesScheduler, api: FakeApiServer) ->
     assert (r1.state, r1.exit_code, r1.reason, r1.hostname) == (
         AppState.FAILED,
         137,
-        "OOMKilled",
+        "OOMKilled: killed by SIGKILL",
         "gpu-b",
     )
     assert (r2.state, r2.reason) == (AppState.PENDING, "ImagePullBackOff")
@@ -191,6 +191,64 @@ def test_describe_per_replica(sched: KubernetesScheduler, api: FakeApiServer) ->
     assert "BackoffLimitExceeded" in status.msg
     first = status.first_failure()
     assert first is not None and (first.id, first.exit_code) == (1, 137)
+
+
+@pytest.mark.parametrize(
+    ("container_statuses", "exit_code", "reason"),
+    [
+        # A plain program: its code, and the last line the kubelet kept of its log.
+        (
+            [{"name": "trainer", "state": {"terminated": {"exitCode": 3, "reason": "Error",
+              "message": "step 1\nValueError: bad batch\n\n"}}}],
+            3,
+            "exited with 3; its last line: ValueError: bad batch",
+        ),
+        # Killed by a signal, no message: the signal's name.
+        (
+            [{"name": "trainer", "state": {"terminated": {"exitCode": 143}}}],
+            143,
+            "killed by SIGTERM",
+        ),
+        # The kubelet's own reason comes first.
+        (
+            [{"name": "trainer", "state": {"terminated": {"exitCode": 1,
+              "reason": "DeadlineExceeded"}}}],
+            1,
+            "DeadlineExceeded: exited with 1",
+        ),
+        # Restarted in place and waiting: how the last run ended.
+        (
+            [{"name": "trainer", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+              "lastState": {"terminated": {"exitCode": 139}}, "restartCount": 2}],
+            139,
+            "CrashLoopBackOff; last run: killed by SIGSEGV",
+        ),
+        # An injected sidecar that ended is not the program: the role's container is.
+        (
+            [{"name": "istio-proxy", "state": {"terminated": {"exitCode": 0}}},
+             {"name": "trainer", "state": {"terminated": {"exitCode": 9}}}],
+            9,
+            "exited with 9",
+        ),
+    ],
+)  # fmt: skip
+def test_a_failed_containers_exit_code_and_reason(
+    sched: KubernetesScheduler,
+    api: FakeApiServer,
+    container_statuses: list[dict[str, Any]],
+    exit_code: int,
+    reason: str,
+) -> None:
+    app_id = sched.submit(compile_(sched, 1))
+    api.patch_pod(NS, pod_of(api, 0), {"phase": "Failed", "containerStatuses": container_statuses})
+    status = sched.describe(app_id)
+    assert status is not None
+    (replica,) = status.roles[0].replicas
+    assert (replica.state, replica.exit_code, replica.reason) == (
+        AppState.FAILED,
+        exit_code,
+        reason,
+    )
 
 
 def test_evicted_pod_reason(sched: KubernetesScheduler, api: FakeApiServer) -> None:
