@@ -90,10 +90,9 @@ def _page_env(work: Path, home: Path) -> dict[str, str]:
     return env
 
 
-def _cancel_leftovers(work: Path, env: dict[str, str]) -> None:
-    """Cancel local apps a page left running (a snippet without --wait)."""
-    proc = subprocess.run(
-        ["distspec", "list", "-s", "local_cwd", "--state", "running,pending", "-q"],
+def _distspec(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["distspec", *args],
         cwd=work,
         env=env,
         capture_output=True,
@@ -101,15 +100,23 @@ def _cancel_leftovers(work: Path, env: dict[str, str]) -> None:
         timeout=60,
         check=False,
     )
-    for handle in proc.stdout.split():
-        subprocess.run(
-            ["distspec", "cancel", handle],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
+
+
+def _cancel_leftovers(work: Path, env: dict[str, str]) -> None:
+    """Cancel what a page left running: local apps (a snippet without --wait), and
+    the Slurm/PBS jobs it submitted (their records are in the page's state dir), also
+    when a block failed half-way."""
+    running = _distspec(work, env, "list", "-s", "local_cwd", "--state", "running,pending", "-q")
+    handles = running.stdout.split()
+    state = Path(env["DISTSPEC_STATE_DIR"])
+    for sched in ("slurm", "pbs"):
+        for record in sorted((state / sched / "jobs").glob("*.json")):
+            handle = f"{sched}://distspec/{record.stem}"
+            # --exit-status 4: not ended yet.
+            if _distspec(work, env, "status", "--exit-status", handle).returncode == 4:
+                handles.append(handle)
+    for handle in handles:
+        _distspec(work, env, "cancel", handle)
 
 
 def _cluster_ready(cluster: str) -> dict[str, str]:
