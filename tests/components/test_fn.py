@@ -102,3 +102,18 @@ def test_names(argv: list[str], name: str, meta: dict[str, str]) -> None:
 )
 def test_function_names_become_job_names(text: str, expected: str) -> None:
     assert job_name(text) == expected
+
+
+def test_callables_compile_the_same_reading_of_j_and_name(state_dir: object) -> None:
+    """``distspec.submit`` goes through dist.fn: its Job's shape is the job's shape."""
+    from distspec.callables import compile_call
+
+    call = compile_call(lambda: 1, j="2", scheduler="slurm", options={"gpu": 8})
+    assert (call.nodes, call.nproc_per_node, call.role) == (1, 2, ROLE)
+    text = call.request.render()
+    assert "--nodes=1" in text and "--nnodes 1 --nproc_per_node 2" in text
+    call = compile_call(lambda: 1, j="2x8", scheduler="slurm", options={"name": "exp/run7"})
+    assert (call.nodes, call.nproc_per_node) == (2, 8)
+    assert "--job-name=run7" in call.request.render()
+    call = compile_call(lambda: 1, j="1x2", scheduler="local_cwd")
+    assert call.request.render().count('"lambda-') >= 1  # named after the function
