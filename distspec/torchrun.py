@@ -11,9 +11,22 @@ Rendezvous, as decided here and nowhere else:
   free port and concurrent single-node jobs on one host never collide. torchrun's
   own ``--standalone`` does the same, but passing the values keeps the command
   explicit and the same on every torch version.
-- several nodes: c10d (or the chosen backend) on ``${rank0_host}:PORT`` with
+- several nodes: the chosen backend on ``${rank0_host}:PORT`` with
   ``--rdzv_id ${app_id}``. There is no fallback to ``localhost``: a backend that
   cannot provide ``${rank0_host}`` fails to compile the job.
+- the default backend, ``auto``, is ``static`` for a fixed node count without
+  restarts (``-j NxM``, ``--max_restarts 0``) and ``c10d`` otherwise (elastic jobs,
+  restarts). Why not c10d everywhere: its agents poll the store on node 0 ten times a
+  second while the workers run (``num_nodes_waiting()`` in the agent's monitor loop),
+  and when node 0 cannot bind the port because another job on that node holds it,
+  torch's c10d backend silently joins *that* job's store as a client
+  (``_create_tcp_store`` retries with ``is_server=False``). Both jobs then run on,
+  until the other job ends, its store goes, and this job's next poll raises
+  ``RendezvousConnectionError``: a job that was training fine is reported failed.
+  The static rendezvous never polls, and node 0 must bind the port itself, so a
+  clash fails at once with "address already in use", before any work. c10d stays
+  for restarts: after a worker failure it makes every node re-rendezvous, where
+  static would leave the nodes at different restart counts.
 - ``--node_rank ${replica_id}`` only for the ``static`` backend, which needs it and
   a fixed node count. c10d assigns node ranks itself; torchrun logs a warning and
   ignores ``--node_rank`` there (``torch/distributed/run.py``, ``config_from_args``).
@@ -40,6 +53,7 @@ from distspec.specs.topology import Topology
 
 __all__ = [
     "DEFAULT_RDZV_PORT",
+    "RDZV_AUTO",
     "RDZV_BACKENDS",
     "TORCHRUN",
     "check_rdzv_conf",
@@ -56,6 +70,10 @@ DEFAULT_RDZV_PORT = 29500
 #: Rendezvous backends torchrun ships with.
 RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
 
+#: The default rendezvous choice: static for a fixed node count without restarts,
+#: c10d otherwise (see the module docstring).
+RDZV_AUTO = "auto"
+
 
 def torchrun_args(
     topology: Topology,
@@ -63,7 +81,7 @@ def torchrun_args(
     script: str | None = None,
     module: str | None = None,
     script_args: Sequence[str] = (),
-    rdzv_backend: str = "c10d",
+    rdzv_backend: str = RDZV_AUTO,
     rdzv_port: int = DEFAULT_RDZV_PORT,
     rdzv_id: str = Macro.APP_ID.token,
     rank0_host: str = Macro.RANK0_HOST.token,
@@ -85,7 +103,9 @@ def torchrun_args(
             escaped from torchrun's ``${local_rank}`` substitution, see
             :func:`escape_dollars`).
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs (one of
-            :data:`RDZV_BACKENDS`); single-node jobs always use c10d on localhost.
+            :data:`RDZV_BACKENDS`), or :data:`RDZV_AUTO`: static for a fixed node
+            count with ``max_restarts`` 0, c10d otherwise. Single-node jobs always
+            use c10d on localhost.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node only).
         rdzv_id: the rendezvous id shared by all nodes; the app id by default.
         rank0_host: the host of node 0; the ``${rank0_host}`` macro by default.
@@ -111,9 +131,10 @@ def torchrun_args(
     """
     if (script is None) == (module is None):
         raise ComponentError("give exactly one of --script and -m (a script or a module to run)")
-    if rdzv_backend not in RDZV_BACKENDS:
+    if rdzv_backend != RDZV_AUTO and rdzv_backend not in RDZV_BACKENDS:
         raise ComponentError(
-            f"unknown rendezvous backend {rdzv_backend!r}; use one of {', '.join(RDZV_BACKENDS)}"
+            f"unknown rendezvous backend {rdzv_backend!r}; use {RDZV_AUTO} (the default) "
+            f"or one of {', '.join(RDZV_BACKENDS)}"
         )
     if not 1 <= rdzv_port <= 65535:
         raise ComponentError(f"rendezvous port {rdzv_port} is not in 1..65535")
@@ -137,6 +158,9 @@ def torchrun_args(
     elif topology.nodes == 1:
         args += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--rdzv_id", rdzv_id]
     else:
+        if rdzv_backend == RDZV_AUTO:
+            fixed = not topology.elastic and max_restarts == 0
+            rdzv_backend = "static" if fixed else "c10d"
         if rdzv_backend == "static" and topology.elastic:
             raise ComponentError(
                 f"the static rendezvous needs a fixed node count, not -j {topology}; "

@@ -43,7 +43,9 @@ def test_single_node_ignores_the_multi_node_backend() -> None:
 
 
 def test_multi_node_c10d() -> None:
-    args = torchrun_args(topo("2x8"), module="pkg.train", tee=3, role="train", rdzv_port=1234)
+    args = torchrun_args(
+        topo("2x8"), module="pkg.train", tee=3, role="train", rdzv_port=1234, rdzv_backend="c10d"
+    )
     assert args == [
         "--nnodes", "2", "--nproc_per_node", "8",
         "--rdzv_backend", "c10d", "--rdzv_endpoint", "${rank0_host}:1234", "--rdzv_id", "${app_id}",
@@ -55,6 +57,28 @@ def test_multi_node_c10d() -> None:
 def test_multi_node_static_has_node_rank() -> None:
     args = torchrun_args(topo("2x1"), script="s.py", rdzv_backend="static")
     assert args[args.index("--node_rank") + 1] == Macro.REPLICA_ID.token
+
+
+def test_auto_is_static_for_a_fixed_node_count() -> None:
+    """The default: static (no store polling while training, no silent joining of
+    another job's store on a port clash) when nothing needs a re-rendezvous."""
+    args = torchrun_args(topo("2x8"), module="pkg.train", rdzv_port=1234)
+    assert args == [
+        "--nnodes", "2", "--nproc_per_node", "8",
+        "--rdzv_backend", "static", "--rdzv_endpoint", "${rank0_host}:1234", "--rdzv_id", "${app_id}",
+        "--node_rank", "${replica_id}",
+        "--max_restarts", "0",
+        "-m", "pkg.train",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("j", "max_restarts"), [("1:4x2", 0), ("2:3x2", 0), ("2x2", 1), ("3x1", 5)]
+)
+def test_auto_is_c10d_for_elastic_jobs_and_restarts(j: str, max_restarts: int) -> None:
+    args = torchrun_args(topo(j), script="s.py", max_restarts=max_restarts)
+    assert args[args.index("--rdzv_backend") + 1] == "c10d"
+    assert "--node_rank" not in args
 
 
 def test_elastic() -> None:

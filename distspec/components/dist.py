@@ -66,7 +66,7 @@ def ddp(
     env: dict[str, str] | None = None,
     max_retries: int = 0,
     max_restarts: int = 0,
-    rdzv_backend: str = "c10d",
+    rdzv_backend: str = "auto",
     rdzv_port: int = DEFAULT_RDZV_PORT,
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
@@ -111,8 +111,9 @@ def ddp(
         max_retries: how many times the scheduler reruns the job after a failure.
         max_restarts: how many times torchrun restarts a node's processes before the
             node fails.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
-            etcd or etcd-v2.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
+            for a fixed node count without restarts, else c10d), c10d, static, etcd
+            or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
             close_timeout, timeout in seconds, and the backend's own keys).
@@ -167,7 +168,7 @@ def spmd(
     env: dict[str, str] | None = None,
     max_retries: int = 0,
     max_restarts: int = 0,
-    rdzv_backend: str = "c10d",
+    rdzv_backend: str = "auto",
     rdzv_port: int = DEFAULT_RDZV_PORT,
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
@@ -210,8 +211,9 @@ def spmd(
         max_retries: how many times the scheduler reruns the job after a failure.
         max_restarts: how many times torchrun restarts a node's processes before the
             node fails.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
-            etcd or etcd-v2.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
+            for a fixed node count without restarts, else c10d), c10d, static, etcd
+            or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
             close_timeout, timeout in seconds, and the backend's own keys).
@@ -266,7 +268,7 @@ def torchrun(
     env: dict[str, str] | None = None,
     max_retries: int = 0,
     max_restarts: int = 0,
-    rdzv_backend: str = "c10d",
+    rdzv_backend: str = "auto",
     rdzv_port: int = DEFAULT_RDZV_PORT,
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
@@ -308,8 +310,9 @@ def torchrun(
         max_retries: how many times the scheduler reruns the job after a failure.
         max_restarts: how many times torchrun restarts a node's processes before the
             node fails.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
-            etcd or etcd-v2.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
+            for a fixed node count without restarts, else c10d), c10d, static, etcd
+            or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
             close_timeout, timeout in seconds, and the backend's own keys).

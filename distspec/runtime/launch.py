@@ -467,6 +467,9 @@ def plan_launch(
                 topology,
                 script=argv_cmd[0],
                 script_args=argv_cmd[1:],
+                # c10d: one torchrun line for every host (static would need each
+                # host's --node_rank); the job-derived port keeps jobs apart.
+                rdzv_backend="c10d",
                 rdzv_id=alloc.job_id or "distspec-launch",
                 rank0_host=hosts[0],
                 rdzv_port=port,

@@ -35,7 +35,10 @@ def test_single_node_uses_localhost_with_a_free_port() -> None:
 
 
 def test_multi_node_rendezvous_on_rank0_host() -> None:
-    app = run("dist.ddp", "--script", "train.py", "-j", "2x8", "--rdzv_port", "29400")
+    app = run(
+        "dist.ddp", "--script", "train.py", "-j", "2x8", "--rdzv_port", "29400",
+        "--rdzv_backend", "c10d",
+    )  # fmt: skip
     role = app.roles[0]
     assert flag(role.args, "--rdzv_endpoint") == "${rank0_host}:29400"
     assert flag(role.args, "--rdzv_id") == "${app_id}"
@@ -45,6 +48,17 @@ def test_multi_node_rendezvous_on_rank0_host() -> None:
     assert role.num_replicas == 2
     assert dict(role.port_map) == {"c10d": 29400}
     assert "localhost" not in " ".join(role.args)
+
+
+def test_default_rendezvous_is_static_for_a_fixed_node_count_c10d_with_restarts() -> None:
+    """Issue 15 item 11: a fixed-size job needs no re-rendezvous, and c10d's polling of
+    the store fails jobs that finished; restarts need c10d's re-rendezvous."""
+    role = run("dist.ddp", "--script", "t.py", "-j", "2x2").roles[0]
+    assert flag(role.args, "--rdzv_backend") == "static"
+    assert flag(role.args, "--node_rank") == "${replica_id}"
+    role = run("dist.ddp", "--script", "t.py", "-j", "2x2", "--max_restarts", "2").roles[0]
+    assert flag(role.args, "--rdzv_backend") == "c10d"
+    assert "--node_rank" not in role.args
 
 
 def test_static_rendezvous_passes_replica_id_as_node_rank() -> None:
