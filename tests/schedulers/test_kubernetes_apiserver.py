@@ -391,3 +391,23 @@ def test_elastic_volcano_replicas_are_numbered_across_both_tasks(
         (3, f"pod/{kid}-trainer-rest-2"),
     ]
     sched.cancel(app_id)
+
+
+def test_jobset_against_its_crd(sched: KubernetesScheduler, cluster: Cluster) -> None:
+    """The JobSet passes the API server's validation against JobSet's CRD schema and
+    nothing in it is pruned."""
+    import yaml
+
+    install_crd(cluster, "jobset.x-k8s.io_jobsets.yaml")
+    request = request_for(sched, cluster, "js-00000001", flavor="jobset")
+    (sent,) = [d for d in yaml.safe_load_all(request.render()) if d]
+    (stored,) = sched.server_dry_run(request)
+    assert stored["metadata"]["uid"]
+    assert pruned(sent, stored) == []
+    bad_text = request.render().replace(
+        "enableDNSHostnames: true", "enableDNSHostnames: yes-please"
+    )
+    assert bad_text != request.render()
+    bad = dataclasses.replace(request, files=FrozenDict({request.main_file: bad_text}))
+    with pytest.raises(CompileError, match="422"):
+        sched.server_dry_run(bad)
