@@ -46,7 +46,7 @@ def fn(
     mem_mb: int | None = None,
     env: dict[str, str] | None = None,
     max_retries: int = 0,
-    rdzv_backend: str = "c10d",
+    rdzv_backend: str = "auto",
     rdzv_port: int = DEFAULT_RDZV_PORT,
     mounts: list[str] | None = None,
     debug: bool = False,
@@ -87,8 +87,9 @@ def fn(
         mem_mb: memory per node in MiB (see dist.ddp).
         env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
         max_retries: how many times the scheduler reruns the job after a failure.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: c10d, static,
-            etcd or etcd-v2.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (as
+            dist.ddp: static for a fixed node count, c10d for an elastic one), c10d,
+            static, etcd or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``.
         debug: add verbose torch.distributed and NCCL logging to the environment.

@@ -35,8 +35,6 @@ def flag(args: tuple[str, ...], name: str) -> str | None:
 def test_the_launch_is_dist_ddps(launch: list[str]) -> None:
     """Everything but the program, the role name and max_restarts (always 0: a restart
     would run the function again) is what dist.ddp compiles for the same options."""
-    if "--rdzv_backend" not in launch:  # the same backend: defaults are per component
-        launch = [*launch, "--rdzv_backend", "c10d"]
     fn_app = run("dist.fn", *launch, "--fn", "pkg.mod:work", "--", "a", "$x")
     ddp_app = run(
         "dist.ddp", *launch, "-m", WORKER_MODULE, "--", "--fn", "pkg.mod:work", "--", "a", "$x"
