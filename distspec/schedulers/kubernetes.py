@@ -571,7 +571,7 @@ def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> Re
             term = (cs.get("lastState") or {}).get("terminated")
         why = ""
         if term is not None:
-            exit_code, why = _container_exit(term, k8s_role(role))
+            exit_code, why = _container_exit(term, role)
         if waiting and why:
             why = f"{waiting}; last run: {why}"
         reason = reason or why or waiting
@@ -589,7 +589,7 @@ def _replica_status(role: str, index: int, attempts: list[dict[str, Any]]) -> Re
     )
 
 
-def _container_exit(term: Mapping[str, Any], container: str) -> tuple[int | None, str]:
+def _container_exit(term: Mapping[str, Any], role: str) -> tuple[int | None, str]:
     """``(exit code, reason)`` of a terminated container, as the batch backends give
     them: torchrun's root-cause report, found in the termination message (with
     ``terminationMessagePolicy: FallbackToLogsOnError`` the kubelet keeps the last
@@ -597,7 +597,8 @@ def _container_exit(term: Mapping[str, Any], container: str) -> tuple[int | None
     failed worker's own code (a signal N as 128+N), rank and last line; else a code
     above 128 is named as a signal. The kubelet's reason (``OOMKilled``,
     ``DeadlineExceeded``, ...) comes first; its ``Error``/``Completed`` say nothing.
-    Reason "" for a container that exited 0."""
+    Reason "" for a container that exited 0. ``role``: the AppDef role name (torchrun's
+    ``--role``, which prefixes the worker lines under ``--tee``)."""
     code = term.get("exitCode")
     if not isinstance(code, int):
         return None, ""
@@ -606,7 +607,7 @@ def _container_exit(term: Mapping[str, Any], container: str) -> tuple[int | None
     if code == 0:
         return code, kubelet
     lines = str(term.get("message") or "").splitlines()
-    found = torchrun_root_cause(lines, container)
+    found = torchrun_root_cause(lines, role)
     if found is not None:
         worker, why = found
         why = f"{why}; torchrun exited with {code}"
