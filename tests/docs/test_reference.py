@@ -255,6 +255,25 @@ def test_schema_accepts_a_full_appdef(validator: Any) -> None:
     assert AppDef.from_dict(app).to_dict() == app
 
 
+def test_every_appdef_the_ir_can_build_validates(validator: Any) -> None:
+    """Property: the AppDefs of the IR's own JSON round-trip test (random roles, env,
+    resources, ports, retry policies, every mount kind) all validate."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from distspec.specs import AppDef
+    from tests.specs.test_app import _names, _roles
+
+    @settings(max_examples=200, deadline=None)
+    @given(_names, st.lists(_roles(), min_size=1, max_size=3, unique_by=lambda r: r.name))
+    def check(name: str, roles: list[Any]) -> None:
+        data = json.loads(json.dumps(AppDef(name=name, roles=tuple(roles)).to_dict()))
+        errors = [e.message for e in validator.iter_errors(data)]
+        assert not errors, errors
+
+    check()
+
+
 @pytest.mark.parametrize("case", sorted(BAD_APPS))
 def test_schema_rejects_what_the_ir_rejects(case: str, validator: Any) -> None:
     from distspec.errors import SpecError
