@@ -59,18 +59,28 @@ def _blocks(page: Path) -> list[Block]:
 def _params() -> list[object]:
     params: list[object] = []
     for page in PAGES:
-        params.append(pytest.param(page, None, id=_rel(page)))
+        params.append(pytest.param(page, None, id=_rel(page), marks=pytest.mark.slow))
         try:
             tags = needs_cluster(_blocks(page))
         except SnippetError:
             continue  # the local test reports it
         if tags & {"slurm", "pbs"}:
             params.append(
-                pytest.param(page, "slurm", id=f"{_rel(page)}[slurm]", marks=pytest.mark.slurm)
+                pytest.param(
+                    page,
+                    "slurm",
+                    id=f"{_rel(page)}[slurm]",
+                    marks=[pytest.mark.slurm, pytest.mark.slow],
+                )
             )
         if "k8s" in tags:
             params.append(
-                pytest.param(page, "k8s", id=f"{_rel(page)}[k8s]", marks=pytest.mark.k8s_apiserver)
+                pytest.param(
+                    page,
+                    "k8s",
+                    id=f"{_rel(page)}[k8s]",
+                    marks=[pytest.mark.k8s_apiserver, pytest.mark.slow],
+                )
             )
     return params
 
