@@ -22,8 +22,11 @@ one block in a working directory; the pytest side is in test_snippets.py.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,25 +300,26 @@ def _env(block: Block, base: dict[str, str]) -> dict[str, str]:
 def _run(
     argv: list[str], cwd: Path, env: dict[str, str], timeout: float, stdin: str | None = None
 ) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(
-            argv,
-            cwd=cwd,
-            env=env,
-            input=stdin if stdin is not None else "",
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-            check=False,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return -1, (exc.stdout if isinstance(exc.stdout, str) else out) + (
-            f"\n[timed out after {timeout:g}s]"
-        )
-    return proc.returncode, proc.stdout
+    """Run argv in a session of its own; stdout and stderr together, as a terminal
+    shows them. On timeout the whole session is killed and the code is -1."""
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(stdin or "", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            return -1, f"{out}\n[timed out after {timeout:g}s; its processes were killed]"
+    return proc.returncode, out
 
 
 #: Where a page's shell variables are kept between its console commands.

@@ -386,6 +386,11 @@ def test_a_correct_page_passes(tmp_path: Path) -> None:
             "```console\n$ distspec builtins\n...\nlocal_cwd_edited\n...\n```\n",
             r"edited\.md:2: output differs",
         ),
+        # A command that hangs is stopped at the block's timeout.
+        (
+            "<!-- snippet: timeout=1 -->\n```console\n$ sleep 30 & sleep 20\n```\n",
+            r"(?s)exit status -1, expected 0.*timed out after 1s",
+        ),
         # exit= that does not hold.
         ("<!-- snippet: exit=2 -->\n```console\n$ true\n```\n", r"exit status 0, expected 2"),
     ],
