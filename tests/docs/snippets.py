@@ -1,13 +1,15 @@
 """Parse and run the fenced snippets of a Markdown page (the docs snippet convention).
 
-The convention (docs/contributing pages and tests/docs/test_snippets.py use it):
+The convention (docs/contributing/index.md states it for writers):
 
 - ```` ```console ````: each line starting with ``$ `` is a bash command (a trailing
   ``\\`` continues it on the next line); the lines after it, up to the next ``$ ``
   line, are its expected output (stdout and stderr together, as a terminal shows
   them), matched line by line with trailing spaces ignored. ``...`` inside a line
   matches any text; a line that is only ``...`` matches any number of lines.
-  Every command must exit 0 unless the block's directive says ``exit=N``.
+  Every command must exit 0 unless the block's directive says ``exit=N``. Each
+  command runs in its own bash in the page's directory; shell variables it sets
+  carry over to the page's later commands (see `_with_shell_vars`).
 - ```` ```python ````: run with the venv's python. ```` ```bash ```` / ```` ```sh ````:
   run with bash, output not checked. Any block with ``title="path"`` is written to
   that file instead of run. Any other language is not executed.
