@@ -1,0 +1,221 @@
+"""The fault matrix: fault x backend -> final state, exit code, leftovers (issue 15,
+item 13; docs/reliability.md, "Fault matrix").
+
+Every cell is a real ``distspec run --wait dist.ddp`` job of real torchrun processes:
+``-j 1x2`` on local_cwd, ``-j 2x1`` (one rank on each node) on the local Slurm
+cluster, and ``-j 1x2`` through Slurm's PBS wrappers (the narrowest stand-in for a
+PBS server that runs here: ``qsub``/``qstat``/``qdel`` translated to Slurm; they
+give a job no ``pbsdsh``, so a multi-node PBS job cannot start its nodes here). Each rank writes
+its pid and then waits for a ``go`` file, so the fault always strikes a running job
+and nothing depends on timing. The faults:
+
+- ``rank-exit``: rank 1 exits 7 (the others keep waiting);
+- ``rank-sigkill``: the test sends SIGKILL to rank 1's process;
+- ``cancel``: ``distspec cancel HANDLE``;
+- ``scheduler-kill``: the scheduler kills the job's processes: on Slurm and PBS
+  ``scancel --signal=KILL JOBID`` (every process of every step; the PBS wrappers
+  have no ``qsig``, so the Slurm command stands in for it), on local_cwd SIGKILL to
+  the torchrun agent (the "node").
+
+Recorded for each cell (``record_property``, read by ``scripts/reliability``): the
+final state ``distspec status`` reports, ``run --wait``'s exit code, and the
+leftovers: live processes whose command line names the test's folder, Slurm job
+steps still listed, and ``*.tmp`` files in the state directory. Each cell asserts
+its expected state and code and that nothing is left over.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_cluster import cluster_is_up, slurm_cluster_unavailable_reason
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.timeout(600)
+
+BACKENDS = ("local_cwd", "slurm", "pbs")
+FAULTS = ("rank-exit", "rank-sigkill", "cancel", "scheduler-kill")
+
+#: (final state, run --wait exit code) each cell must end with.
+EXPECTED: dict[tuple[str, str], tuple[str, int]] = {
+    **{(b, "rank-exit"): ("FAILED", 7) for b in BACKENDS},
+    **{(b, "rank-sigkill"): ("FAILED", 137) for b in BACKENDS},
+    # run --wait exits 1 for a cancelled job (docs/cli.md, exit codes)
+    **{(b, "cancel"): ("CANCELLED", 1) for b in BACKENDS},
+    ("local_cwd", "scheduler-kill"): ("FAILED", 137),
+    # scancel --signal=KILL: Slurm records the job CANCELLED (its own kill), as on PBS
+    **{(b, "scheduler-kill"): ("CANCELLED", 1) for b in ("slurm", "pbs")},
+}
+
+#: The job: write this rank's pid, wait for ``go``; rank 1 exits 7 if ``go`` says so.
+SCRIPT = """\
+import os, sys, time
+from pathlib import Path
+here = Path(sys.argv[1])
+rank = os.environ["RANK"]
+(here / f"pid.{rank}.tmp").write_text(str(os.getpid()))
+os.replace(here / f"pid.{rank}.tmp", here / f"pid.{rank}")
+while not (here / "go").exists():
+    time.sleep(0.1)
+if rank == "1" and (here / "go").read_text() == "exit7":
+    sys.exit(7)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _until(check: Callable[[], bool], what: str, limit: float = 300) -> None:
+    """Poll ``check`` (a generous limit: the cluster is shared; not a timing assertion)."""
+    deadline = time.monotonic() + limit
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def _processes_naming(text: str) -> list[str]:
+    """``PID ARGS`` of live processes (not this one) whose command line contains ``text``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            args = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if text in args and state != "Z":
+            found.append(f"{name} {args.strip()}")
+    return found
+
+
+def _slurm_steps(job: str) -> list[str]:
+    proc = subprocess.run(
+        ["squeue", "--noheader", "--steps", "--jobs", job],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _require(backend: str) -> None:
+    if backend == "local_cwd":
+        return
+    reason = slurm_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if not cluster_is_up():
+        pytest.skip("the local Slurm cluster is not up (scripts/slurm-cluster up)")
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fault(
+    backend: str,
+    fault: str,
+    tmp_path: Path,
+    state_dir: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    _require(backend)
+    here = tmp_path / "job"
+    here.mkdir()
+    script = here / "fault.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    # PBS runs one node: a multi-node PBS job starts its nodes with pbsdsh or mpiexec,
+    # and the Slurm wrappers provide neither on the job's PATH.
+    j = "2x1" if backend == "slurm" else "1x2"
+    cmd = [str(BIN / "distspec"), "run", "-s", backend, "--wait", "dist.ddp", "-j", j]
+    # A port of the cell's own: the cluster is shared, and two multi-node jobs whose
+    # first node is the same need different rendezvous ports (docs/reliability.md).
+    port = 29600 + BACKENDS.index(backend) * len(FAULTS) + FAULTS.index(fault)
+    cmd += ["--rdzv_port", str(port), "--script", str(script), "--", str(here)]
+    run = subprocess.Popen(
+        cmd, cwd=here, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    handle = ""
+    try:
+        assert run.stdout is not None
+        handle = run.stdout.readline().strip()
+        assert re.fullmatch(rf"{backend}://\S+/\S+", handle), handle
+        app_id = handle.rsplit("/", 1)[1]
+
+        def started() -> bool:
+            if run.poll() is not None:
+                out, err = run.communicate()
+                pytest.fail(f"the job ended before both ranks started:\n{out}{err}")
+            return all((here / f"pid.{r}").exists() for r in (0, 1))
+
+        _until(started, "both ranks")
+        pids = {r: int((here / f"pid.{r}").read_text()) for r in (0, 1)}
+        if fault == "rank-exit":
+            (here / "go").write_text("exit7")
+        elif fault == "rank-sigkill":
+            os.kill(pids[1], signal.SIGKILL)
+        elif fault == "cancel":
+            cancel = subprocess.run(
+                [str(BIN / "distspec"), "cancel", handle],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert cancel.returncode == 0, cancel.stderr
+        elif backend == "local_cwd":  # scheduler-kill: the node (torchrun agent) dies
+            agent = int(Path(f"/proc/{pids[1]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            os.kill(agent, signal.SIGKILL)
+        else:
+            subprocess.run(["scancel", "--signal=KILL", app_id], check=True, timeout=60)
+        out, err = run.communicate(timeout=400)
+        code = run.returncode
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+            if handle:
+                subprocess.run([str(BIN / "distspec"), "cancel", handle], env=env, check=False)
+    status = subprocess.run(
+        [str(BIN / "distspec"), "status", handle],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    said = re.match(r"[A-Z_]+", status.stdout)
+    state = said.group(0) if said else f"? {status.stdout}{status.stderr}"
+
+    # Leftovers once the job has ended: processes still naming the job's folder (the
+    # ranks, torchrun, srun, bash), Slurm steps, temp files. A killed process may take
+    # a moment to be reaped, so what is left is what remains after up to 30 s.
+    def leftovers() -> list[str]:
+        procs = _processes_naming(str(here))
+        steps = _slurm_steps(app_id) if backend != "local_cwd" else []
+        tmp_files = sorted(str(p.relative_to(state_dir)) for p in state_dir.rglob("*.tmp"))
+        return procs + steps + tmp_files
+
+    deadline = time.monotonic() + 30
+    while (left := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    record_property("backend", backend)
+    record_property("fault", fault)
+    record_property("state", state)
+    record_property("exit_code", code)
+    record_property("leftovers", "none" if not left else "; ".join(left))
+    want_state, want_code = EXPECTED[(backend, fault)]
+    assert (state, code) == (want_state, want_code), out + err
+    assert not left, left
