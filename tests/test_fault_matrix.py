@@ -10,6 +10,8 @@ its pid and then waits for a ``go`` file, so the fault always strikes a running 
 and nothing depends on timing. The faults:
 
 - ``rank-exit``: rank 1 exits 7 (the others keep waiting);
+- ``rank-exit-last``: the other ranks exit 0, then rank 1 exits 7 (node 0's
+  torchrun agent is then waiting for node 1's in torchrun's exit barrier);
 - ``rank-sigkill``: the test sends SIGKILL to rank 1's process;
 - ``cancel``: ``distspec cancel HANDLE``;
 - ``scheduler-kill``: the scheduler kills the job's processes: on Slurm and PBS
@@ -43,11 +45,12 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
 
 BACKENDS = ("local_cwd", "slurm", "pbs")
-FAULTS = ("rank-exit", "rank-sigkill", "cancel", "scheduler-kill")
+FAULTS = ("rank-exit", "rank-exit-last", "rank-sigkill", "cancel", "scheduler-kill")
 
 #: (final state, run --wait exit code) each cell must end with.
 EXPECTED: dict[tuple[str, str], tuple[str, int]] = {
     **{(b, "rank-exit"): ("FAILED", 7) for b in BACKENDS},
+    **{(b, "rank-exit-last"): ("FAILED", 7) for b in BACKENDS},
     **{(b, "rank-sigkill"): ("FAILED", 137) for b in BACKENDS},
     # run --wait exits 1 for a cancelled job (docs/cli.md, exit codes)
     **{(b, "cancel"): ("CANCELLED", 1) for b in BACKENDS},
@@ -66,7 +69,15 @@ rank = os.environ["RANK"]
 os.replace(here / f"pid.{rank}.tmp", here / f"pid.{rank}")
 while not (here / "go").exists():
     time.sleep(0.1)
-if rank == "1" and (here / "go").read_text() == "exit7":
+what = (here / "go").read_text()
+if rank == "1" and what == "exit7":
+    sys.exit(7)
+if what == "exit7-last":  # rank 1 exits 7 once every other rank has exited 0
+    if rank != "1":
+        sys.exit(0)
+    for r in range(int(os.environ["WORLD_SIZE"])):
+        while r != 1 and Path(f"/proc/{(here / f'pid.{r}').read_text()}").exists():
+            time.sleep(0.1)
     sys.exit(7)
 while True:
     time.sleep(0.1)
@@ -163,6 +174,8 @@ def test_fault(
         pids = {r: int((here / f"pid.{r}").read_text()) for r in (0, 1)}
         if fault == "rank-exit":
             (here / "go").write_text("exit7")
+        elif fault == "rank-exit-last":
+            (here / "go").write_text("exit7-last")
         elif fault == "rank-sigkill":
             os.kill(pids[1], signal.SIGKILL)
         elif fault == "cancel":
@@ -216,6 +229,20 @@ def test_fault(
     record_property("state", state)
     record_property("exit_code", code)
     record_property("leftovers", "none" if not left else "; ".join(left))
+    for line in left:  # never leave a process behind for the next test
+        pid = line.split()[0]
+        if pid.isdigit():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if (backend, fault) == ("slurm", "rank-exit-last") and left:
+        pytest.xfail(
+            "known leftover: node 0's torchrun agent waits in torchrun's exit barrier "
+            "(up to 300 s, SIGTERM deferred while it waits in C++) for node 1's agent, "
+            "which failed; srun kills bash, and proctrack/linuxproc loses the orphaned "
+            "agent, which keeps the rendezvous port: " + "; ".join(left)
+        )
     want_state, want_code = EXPECTED[(backend, fault)]
     assert (state, code) == (want_state, want_code), out + err
     assert not left, left
