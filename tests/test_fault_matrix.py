@@ -130,9 +130,11 @@ def _require(backend: str) -> None:
         pytest.skip("the local Slurm cluster is not up (scripts/slurm-cluster up)")
 
 
-@pytest.mark.slurm
 @pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "backend",
+    [b if b == "local_cwd" else pytest.param(b, marks=pytest.mark.slurm) for b in BACKENDS],
+)
 def test_fault(
     backend: str,
     fault: str,
