@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,8 @@ j = 2x8
 def test_inline_comments_of_the_docs_example(tree: tuple[Path, Path]) -> None:
     home, project = tree
     docs = (Path(__file__).parents[1] / "docs" / "config.md").read_text()
-    ini = docs.split("```ini\n", 1)[1].split("```", 1)[0]
+    blocks = re.findall(r"```ini[^\n]*\n(.*?)```", docs, re.S)
+    ini = next(b for b in blocks if "[distspec]" in b)
     for text in (ini, DOCS_EXAMPLE):
         _write(project / ".distspecconfig", text)
         cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
