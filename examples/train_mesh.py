@@ -19,6 +19,7 @@ rank 0 goes down, and every tp rank holds only its share of the hidden layer.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from distspec.runtime import init
-
-    import os
 
     degrees = None  # None: init() reads the job's DISTSPEC_DEGREES (dist.ddp --tp N)
     if args.tp or not os.environ.get("DISTSPEC_DEGREES"):

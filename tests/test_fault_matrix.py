@@ -238,13 +238,6 @@ def test_fault(
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    if (backend, fault) == ("slurm", "rank-exit-last") and left:
-        pytest.xfail(
-            "known leftover: node 0's torchrun agent waits in torchrun's exit barrier "
-            "(up to 300 s, SIGTERM deferred while it waits in C++) for node 1's agent, "
-            "which failed; srun kills bash, and proctrack/linuxproc loses the orphaned "
-            "agent, which keeps the rendezvous port: " + "; ".join(left)
-        )
     want_state, want_code = EXPECTED[(backend, fault)]
     assert (state, code) == (want_state, want_code), out + err
     assert not left, left

@@ -54,6 +54,7 @@ else:
 __all__ = [
     "KILL_FUNCTION",
     "START",
+    "STAY",
     "WAIT_FUNCTIONS",
     "BatchScheduler",
     "JobRecord",
@@ -141,6 +142,7 @@ def task_function(
     body = [
         *setup,
         f"local base={base}",
+        STAY,
         *(['local attempt=$(< "$DISTSPEC_JOB_DIR/attempt")'] if attempts else []),
         START,
         f'{host} > "$base.host"',
@@ -158,6 +160,16 @@ def task_function(
     body.append('return "$code"')
     return "distspec_task() {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
 
+
+STAY = 'trap "exit 143" TERM  # after the launcher ends: proctrack/linuxproc loses orphans'
+"""The line a replica's shell runs first. On SIGTERM (scancel, --kill-on-bad-exit, a
+stopped attempt) a shell without a trap dies at once, and the launcher it waits on
+(torchrun, which can sit up to 300 s in its exit barrier, deaf to signals) is
+re-parented to init, where ``proctrack/linuxproc`` no longer sees it: it outlives the
+job and keeps the rendezvous port. A trapped signal waits for the foreground command,
+so the shell stays its parent and the step's SIGKILL reaches both; then it exits 143
+without recording an exit code, as before (a stopped replica is not a failed one). No
+single quote in it: it goes inside single-quoted task bodies."""
 
 START = 'stat -c %s "$base.log" > "$base.start" 2> /dev/null  # where this run starts in the log'
 """The line a replica runs first: its log's size, so that what is read back about the

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
     START,
+    STAY,
     WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
@@ -435,7 +436,7 @@ def _plain_script(
     task = [
         "export DISTSPEC_APP_ID=$1 DISTSPEC_RANK0_HOST=$2 DISTSPEC_WORKDIR=$3" + unbuffered,
         f"export DISTSPEC_JOB_DIR={shell_word(folder, {})} DISTSPEC_REPLICA_ID={rank}",
-        f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID",
+        f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID; {STAY}",
         START,
         'hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1',
         *env,
@@ -467,7 +468,8 @@ def _plain_script(
     ]
     if pbsdsh:
         out.append(
-            f'for ((i = 0; i < {n}; i++)); do pbsdsh -n "${{vnodes[i]}}" -- "${{task[@]}}" "$i"'
+            # launchers= first: with -V a variable of that name in qsub's environment is here too.
+            f'launchers=; for ((i = 0; i < {n}; i++)); do pbsdsh -n "${{vnodes[i]}}" -- "${{task[@]}}" "$i"'
             ' < /dev/null & launchers+=" $!"; done'
         )
     else:

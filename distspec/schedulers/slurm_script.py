@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.schedulers._batch import (
     START,
+    STAY,
     WAIT_FUNCTIONS,
     attempt_loop,
     check_job_dir,
@@ -379,6 +380,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
     task = [
         "",
         f"  base=$DISTSPEC_JOB_DIR/{name}-$SLURM_NODEID",
+        "  " + STAY,
         "  " + START,  # no single quote in it: the body is one single-quoted word
         '  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"',
         *(f"  export {key}={shell_word(value, values)}" for key, value in role.env.items()),

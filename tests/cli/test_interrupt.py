@@ -5,8 +5,8 @@ that cluster, the narrowest stand-in for a PBS server here — a first Ctrl-C de
 and says how to follow or cancel, a second one cancels, and
 ``--cancel-on-interrupt`` cancels at once.
 
-Kubernetes takes the same code path (every backend but local_cwd detaches); no
-Kubernetes controller runs here to run it end to end.
+Kubernetes takes the same code path (every backend but local_cwd detaches); it is
+run end to end against the test kube-apiserver in tests/test_k8s_interrupt.py.
 """
 
 from __future__ import annotations

@@ -504,6 +504,9 @@ def test_retries_rerun_the_replicas(tmp_path: Path) -> None:
 # prints), then without one; replica 0 succeeds.
 _REPORT_THEN_PLAIN = r"""
 (( DISTSPEC_REPLICA_ID == 1 )) || exit 0
+# Fail only once replica 0 has recorded its 0: a failure stops the other replicas, and
+# one stopped before it wrote its .exit would leave nothing to compare.
+until [[ -e $DISTSPEC_JOB_DIR/r-0.exit ]]; do sleep 0.05; done
 if [[ ! -e $DISTSPEC_JOB_DIR/../first-run-done ]]; then
   touch "$DISTSPEC_JOB_DIR/../first-run-done"
   printf '%s\n' '[rank1]:ValueError: attempt 0' 'Root Cause (first observed failure):' '[0]:' \
