@@ -11,9 +11,18 @@ Rendezvous, as decided here and nowhere else:
   free port and concurrent single-node jobs on one host never collide. torchrun's
   own ``--standalone`` does the same, but passing the values keeps the command
   explicit and the same on every torch version.
-- several nodes: the chosen backend on ``${rank0_host}:PORT`` with
+- several nodes: the chosen backend on ``${rank0_host}:${rdzv_port}`` with
   ``--rdzv_id ${app_id}``. There is no fallback to ``localhost``: a backend that
   cannot provide ``${rank0_host}`` fails to compile the job.
+- the port, unless ``--rdzv_port`` names one, is the job's own: ``${rdzv_port}``,
+  which Slurm, PBS and local_cwd fill in as :data:`DEFAULT_RDZV_PORT` plus the job
+  id modulo :data:`RDZV_PORT_SPAN` (:func:`job_rdzv_port`), and Kubernetes, where
+  every pod has its own address, as its ``rdzv_port`` run option (29500). Where
+  nodes are shared between jobs (Slurm or PBS nodes with more CPUs or GPUs than one
+  job takes), two multi-node jobs whose first node is the same would otherwise both
+  listen on 29500: the second fails at start (static) or, worse, joins the first's
+  store (c10d, below). The span keeps the ports below Linux's ephemeral range
+  (32768 up), where outgoing connections take theirs.
 - the default backend, ``auto``, is ``static`` for a fixed node count without
   restarts (``-j NxM``, ``--max_restarts 0``) and ``c10d`` otherwise (elastic jobs,
   restarts). Why not c10d everywhere: its agents poll the store on node 0 ten times a
@@ -44,6 +53,7 @@ macros (``${replica_id}`` ...) are left as they are, for the backend to fill in.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 from distspec.errors import ComponentError
@@ -55,17 +65,22 @@ __all__ = [
     "DEFAULT_RDZV_PORT",
     "RDZV_AUTO",
     "RDZV_BACKENDS",
+    "RDZV_PORT_SPAN",
     "TORCHRUN",
     "check_rdzv_conf",
     "escape_dollars",
+    "job_rdzv_port",
     "torchrun_args",
 ]
 
 #: The program every dist component runs.
 TORCHRUN = "torchrun"
 
-#: The port the rendezvous store listens on, on the rank-0 host, for multi-node jobs.
+#: The first of the rendezvous ports, on the rank-0 host, for multi-node jobs (TorchX's).
 DEFAULT_RDZV_PORT = 29500
+
+#: A job's own port is ``DEFAULT_RDZV_PORT + id % RDZV_PORT_SPAN`` (29500-31499).
+RDZV_PORT_SPAN = 2000
 
 #: Rendezvous backends torchrun ships with.
 RDZV_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
@@ -82,7 +97,7 @@ def torchrun_args(
     module: str | None = None,
     script_args: Sequence[str] = (),
     rdzv_backend: str = RDZV_AUTO,
-    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_port: int | None = None,
     rdzv_id: str = Macro.APP_ID.token,
     rank0_host: str = Macro.RANK0_HOST.token,
     node_rank: str = Macro.REPLICA_ID.token,
@@ -106,7 +121,8 @@ def torchrun_args(
             :data:`RDZV_BACKENDS`), or :data:`RDZV_AUTO`: static for a fixed node
             count with ``max_restarts`` 0, c10d otherwise. Single-node jobs always
             use c10d on localhost.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node only).
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node only); None:
+            the job's own, the ``${rdzv_port}`` macro.
         rdzv_id: the rendezvous id shared by all nodes; the app id by default.
         rank0_host: the host of node 0; the ``${rank0_host}`` macro by default.
         node_rank: this node's rank, used only by the static backend; the
@@ -136,7 +152,7 @@ def torchrun_args(
             f"unknown rendezvous backend {rdzv_backend!r}; use {RDZV_AUTO} (the default) "
             f"or one of {', '.join(RDZV_BACKENDS)}"
         )
-    if not 1 <= rdzv_port <= 65535:
+    if rdzv_port is not None and not 1 <= rdzv_port <= 65535:
         raise ComponentError(f"rendezvous port {rdzv_port} is not in 1..65535")
     if max_restarts < 0:
         raise ComponentError(f"max restarts must be >= 0, got {max_restarts}")
@@ -170,7 +186,7 @@ def torchrun_args(
             "--rdzv_backend",
             rdzv_backend,
             "--rdzv_endpoint",
-            f"{rank0_host}:{rdzv_port}",
+            f"{rank0_host}:{Macro.RDZV_PORT.token if rdzv_port is None else rdzv_port}",
             "--rdzv_id",
             rdzv_id,
         ]
@@ -194,6 +210,15 @@ def torchrun_args(
         args.append(script if no_python else escape_dollars(script))
     args += [escape_dollars(a) for a in script_args]
     return args
+
+
+def job_rdzv_port(job_id: str) -> int:
+    """The job's own rendezvous port: :data:`DEFAULT_RDZV_PORT` plus the job id modulo
+    :data:`RDZV_PORT_SPAN`, the id read as a number when it starts with digits (a
+    Slurm or PBS job id, as the generated scripts compute it), else its CRC-32."""
+    digits = job_id[: len(job_id) - len(job_id.lstrip("0123456789"))]
+    number = int(digits) if digits else zlib.crc32(job_id.encode())
+    return DEFAULT_RDZV_PORT + number % RDZV_PORT_SPAN
 
 
 def escape_dollars(text: str) -> str:

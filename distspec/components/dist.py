@@ -14,7 +14,7 @@ from distspec.errors import ComponentError, SpecError
 from distspec.specs.app import NAME_CHARS, SCRIPT_METADATA, AppDef, Resource, Role
 from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.topology import Topology
-from distspec.torchrun import DEFAULT_RDZV_PORT, TORCHRUN, torchrun_args
+from distspec.torchrun import TORCHRUN, torchrun_args
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def ddp(
     max_retries: int = 0,
     max_restarts: int = 0,
     rdzv_backend: str = "auto",
-    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_port: int | None = None,
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
@@ -114,7 +114,9 @@ def ddp(
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
             for a fixed node count without restarts, else c10d), c10d, static, etcd
             or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
+            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
+            a first node do not meet), the rdzv_port run option on Kubernetes.
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
             close_timeout, timeout in seconds, and the backend's own keys).
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
@@ -169,7 +171,7 @@ def spmd(
     max_retries: int = 0,
     max_restarts: int = 0,
     rdzv_backend: str = "auto",
-    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_port: int | None = None,
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
@@ -214,7 +216,9 @@ def spmd(
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
             for a fixed node count without restarts, else c10d), c10d, static, etcd
             or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
+            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
+            a first node do not meet), the rdzv_port run option on Kubernetes.
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
             close_timeout, timeout in seconds, and the backend's own keys).
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
@@ -269,7 +273,7 @@ def torchrun(
     max_retries: int = 0,
     max_restarts: int = 0,
     rdzv_backend: str = "auto",
-    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_port: int | None = None,
     rdzv_conf: str | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
@@ -313,7 +317,9 @@ def torchrun(
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
             for a fixed node count without restarts, else c10d), c10d, static, etcd
             or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
+            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
+            a first node do not meet), the rdzv_port run option on Kubernetes.
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
             close_timeout, timeout in seconds, and the backend's own keys).
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
@@ -425,7 +431,7 @@ def _torchrun_app(
     max_retries: int,
     max_restarts: int,
     rdzv_backend: str,
-    rdzv_port: int,
+    rdzv_port: int | None,
     mounts: list[str] | None,
     bare_j: _BareJ,
     rdzv_conf: str | None = None,
@@ -480,7 +486,9 @@ def _torchrun_app(
         num_replicas=topology.nodes,
         min_replicas=topology.min_nodes,
         resource=resource,
-        port_map=frozendict({"c10d": rdzv_port} if topology.nodes > 1 else {}),
+        port_map=frozendict(
+            {"c10d": rdzv_port} if topology.nodes > 1 and rdzv_port is not None else {}
+        ),
         max_retries=max_retries,
         mounts=_mounts(mounts),
         metadata=frozendict({SCRIPT_METADATA: script} if script else {}),

@@ -16,7 +16,6 @@ from __future__ import annotations
 from distspec.components import dist
 from distspec.errors import ComponentError
 from distspec.specs.app import AppDef
-from distspec.torchrun import DEFAULT_RDZV_PORT
 
 __all__ = [
     "ROLE",
@@ -47,7 +46,7 @@ def fn(
     env: dict[str, str] | None = None,
     max_retries: int = 0,
     rdzv_backend: str = "auto",
-    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_port: int | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
     tee: int = 3,
@@ -90,7 +89,9 @@ def fn(
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (as
             dist.ddp: static for a fixed node count, c10d for an elastic one), c10d,
             static, etcd or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs).
+        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
+            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
+            a first node do not meet), the rdzv_port run option on Kubernetes.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
         tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.

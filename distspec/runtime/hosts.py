@@ -28,7 +28,7 @@ __all__ = [
 DEFAULT_MASTER_PORT = 29500
 
 #: Ports derived from a job id fall in ``[DEFAULT_MASTER_PORT, DEFAULT_MASTER_PORT + PORT_SPAN)``.
-PORT_SPAN = 10000
+PORT_SPAN = 2000  # below Linux's ephemeral ports (32768 up), like the scripts' ports
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
@@ -95,7 +95,7 @@ def read_nodefile(path: str | Path) -> list[str]:
 def default_port(job_id: str | None) -> int:
     """The rendezvous port every rank of a job agrees on without talking.
 
-    ``29500 + crc32(job_id) % 10000`` (so concurrent jobs sharing a first host
+    ``29500 + crc32(job_id) % 2000`` (so concurrent jobs sharing a first host
     rarely collide), or 29500 without a job id. ``MASTER_PORT`` overrides it.
     """
     if not job_id:

@@ -717,6 +717,7 @@ def macro_values(
         Macro.REPLICA_ID: _Runtime(_index_var(opts.flavor)),
         Macro.NUM_REPLICAS: str(role.num_replicas),
         Macro.RANK0_HOST: names.rank0_host(opts.flavor, first.name),
+        Macro.RDZV_PORT: str(opts.rdzv_port),  # each pod has its own address
         Macro.IMG_ROOT: "",
     }
 

@@ -42,6 +42,7 @@ from distspec.specs.frozen import frozen, frozendict
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+from distspec.torchrun import job_rdzv_port
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
                     Macro.REPLICA_ID: str(i),
                     Macro.NUM_REPLICAS: str(role.num_replicas),
                     Macro.RANK0_HOST: "localhost",
+                    Macro.RDZV_PORT: str(job_rdzv_port(app_id)),
                     Macro.IMG_ROOT: role.image or opts.cwd or ".",
                 }
                 env = {k: macros.substitute(v, values) for k, v in role.env.items()}

@@ -38,6 +38,7 @@ from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role
 from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
+from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
 __all__ = ["NAME", "Launcher", "PbsOptions", "ResourceStyle", "compile_script", "job_name"]
 
@@ -298,6 +299,10 @@ def _macro_values(role: Role) -> MacroValues:
         Macro.REPLICA_ID: ShellExpr("$DISTSPEC_REPLICA_ID"),
         Macro.NUM_REPLICAS: str(role.num_replicas),
         Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
+        # The job's own port (job_rdzv_port): the number that PBS_JOBID starts with.
+        Macro.RDZV_PORT: ShellExpr(
+            f"$(({DEFAULT_RDZV_PORT} + 10#0${{DISTSPEC_APP_ID%%[!0-9]*}} % {RDZV_PORT_SPAN}))"
+        ),
         Macro.IMG_ROOT: role.image if role.image else ShellExpr("$DISTSPEC_WORKDIR"),
     }
 

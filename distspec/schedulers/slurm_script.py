@@ -44,6 +44,7 @@ from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role, is_name
 from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import option
+from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
 __all__ = ["NAME", "GpuFlag", "SlurmOptions", "compile_script", "sbatch_value"]
 
@@ -322,6 +323,8 @@ def _macro_values(role: Role) -> MacroValues:
         # Inside a step this is the step's (for a hetjob: the component's) node count.
         Macro.NUM_REPLICAS: ShellExpr("$SLURM_JOB_NUM_NODES"),
         Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
+        # The job's own port (job_rdzv_port): jobs sharing a first node do not meet.
+        Macro.RDZV_PORT: ShellExpr(f"$(({DEFAULT_RDZV_PORT} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))"),
         Macro.IMG_ROOT: role.image if role.image else ShellExpr("$SLURM_SUBMIT_DIR"),
     }
 

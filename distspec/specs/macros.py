@@ -1,7 +1,7 @@
 """Placeholders in a role's args and env that each backend fills in.
 
-``${app_id}``, ``${replica_id}``, ``${num_replicas}``, ``${rank0_host}`` and
-``${img_root}`` are the macros. A backend maps every macro either to a literal
+``${app_id}``, ``${replica_id}``, ``${num_replicas}``, ``${rank0_host}``,
+``${rdzv_port}`` and ``${img_root}`` are the macros. A backend maps every macro either to a literal
 value known at compile time or to a runtime expression (``$SLURM_NODEID``),
 which is what keeps a 1024-node request the size of a 2-node one. Any other
 ``${...}`` text is left alone.
@@ -22,6 +22,9 @@ class Macro(str, enum.Enum):
     REPLICA_ID = "replica_id"
     NUM_REPLICAS = "num_replicas"
     RANK0_HOST = "rank0_host"
+    #: The job's rendezvous port on the rank-0 host: one per job where jobs may share
+    #: a host (Slurm, PBS, local), so two jobs whose first node is the same do not meet.
+    RDZV_PORT = "rdzv_port"
     IMG_ROOT = "img_root"
 
     @property

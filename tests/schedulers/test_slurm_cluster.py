@@ -166,6 +166,55 @@ def test_ddp_2x2_real_rendezvous_and_logs_from_another_cwd(
     assert "done: loss" in logs.stdout
 
 
+_MEET = """
+import os, sys, time, pathlib
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+meet = pathlib.Path(sys.argv[1])
+if dist.get_rank() == 0:
+    (meet / os.environ["SLURM_JOB_ID"]).touch()
+deadline = time.monotonic() + 150
+while len(list(meet.iterdir())) < 2 and time.monotonic() < deadline:
+    time.sleep(0.2)
+total = torch.ones(1)
+dist.all_reduce(total)
+print(f"job={os.environ['SLURM_JOB_ID']} port={os.environ['MASTER_PORT']} "
+      f"met={len(list(meet.iterdir()))} sum={total.item():.0f}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_two_multi_node_jobs_on_the_same_first_node_each_get_their_own_port(
+    cluster: None, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two 2-node jobs at once share n0 as their rank-0 host. With one fixed port the
+    second fails at start (static: EADDRINUSE) or joins the first's store (c10d); each
+    job's own port (29500 + job id % 2000) keeps them apart. Each job waits, its store
+    up, until both have started, so they are certainly running at the same time."""
+    script = tmp_path / "meet.py"
+    script.write_text(_MEET)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    cmd = [str(BIN / "distspec"), "run", "-s", "slurm", "--wait", "--log", "dist.ddp", "-j", "2x1"]
+    cmd += ["--script", str(script), "--", str(meet)]
+    procs = [
+        subprocess.Popen(
+            cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    for proc, out in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, out
+    found = [re.search(r"job=(\d+) port=(\d+) met=(\d+) sum=(\d+)", out) for out in outs]
+    assert all(found), outs
+    jobs = [(int(m.group(1)), int(m.group(2))) for m in found if m]
+    assert [m.group(3) for m in found if m] == ["2", "2"], outs  # both were running at once
+    assert [m.group(4) for m in found if m] == ["2", "2"], outs  # and each met its own 2 ranks
+    assert [port for _, port in jobs] == [29500 + job % 2000 for job, _ in jobs], jobs
+    assert jobs[0][1] != jobs[1][1], jobs
+
+
 def test_a_failing_rank_fails_the_job_and_is_named(
     cluster: None, env: dict[str, str], tmp_path: Path
 ) -> None:
