@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TextIO
 
     from distspec.runner import Runner
     from distspec.specs.handles import AppHandle
@@ -370,6 +370,7 @@ def exit_code(
             + (f": {status.msg}" if status.msg else ""),
             file=err,
         )
+        _print_script_output(status, err)
         for line in _where(status):
             print(line, file=err)
         print(f"  its logs:      distspec log {handle}", file=err)
@@ -396,6 +397,8 @@ def exit_code(
         print("---", file=err)
     elif error:
         print(f"  (could not read its log: {error})", file=err)
+    if not excerpt:  # nothing from the replica: the batch script may have failed first
+        _print_script_output(status, err)
     for line in _where(status):
         print(line, file=err)
     more = f"--rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
@@ -403,6 +406,28 @@ def exit_code(
     if code is not None and 0 < code < 256:
         return code
     return 1
+
+
+def _print_script_output(status: AppStatus, err: TextIO, lines: int = 10) -> None:
+    """The last lines of a Slurm or PBS job's own output (``<run directory>.out``: what
+    the batch script printed before or around its replicas), if it printed anything."""
+    if not status.location:
+        return
+    try:
+        with open(status.location + ".out", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return
+    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    if not tail:
+        return
+    count = f"last {len(tail)} lines" if len(tail) != 1 else "last line"
+    print(f"--- the job script's output ({status.location}.out): {count} ---", file=err)
+    for line in tail:
+        print(line, file=err)
+    print("---", file=err)
 
 
 def _signal_name(number: int) -> str:

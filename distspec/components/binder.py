@@ -524,11 +524,22 @@ class _Parser(argparse.ArgumentParser):
         hint = ""
         prefix = "unrecognized arguments: "
         if message.startswith(prefix):
-            from distspec.specs.options import did_you_mean
+            import difflib
 
             first = message[len(prefix) :].partition(" ")[0].partition("=")[0]
-            flags = [s for action in self._actions for s in action.option_strings]
-            hint = did_you_mean(first, flags) or "; put the script's own arguments after --"
+            flags = {
+                s.lstrip("-"): s
+                for action in self._actions
+                for s in action.option_strings
+                if s not in ("-h", "--help")
+            }
+            # Compared without the dashes, so that '--lr' is not "close" to '--help'.
+            close = difflib.get_close_matches(first.lstrip("-"), list(flags), n=1, cutoff=0.6)
+            takes_args = any(a.nargs == argparse.REMAINDER for a in self._actions)
+            if close:
+                hint = f" (did you mean {flags[close[0]]!r}?)"
+            elif takes_args:
+                hint = f"; put the script's own arguments after --: ... -- {first} ..."
         raise ComponentError(f"{self.component_name}: {message}{hint}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:

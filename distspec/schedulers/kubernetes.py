@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from distspec.errors import AppNotFound, CompileError, SchedulerError, UsageError
+from distspec.errors import AppNotFound, CompileError, ConfigError, SchedulerError, UsageError
 from distspec.schedulers._common import check_capabilities, signal_name, torchrun_root_cause
 from distspec.schedulers.api import (
     AppSummary,
@@ -708,15 +708,19 @@ def _load_client(conn: _Conn) -> Any:
     try:
         return config.new_client_from_config(config_file=path, context=conn.context)
     except (config.ConfigException, OSError, TypeError) as e:
+        # The user's to fix, like any config value: exit 2, nothing submitted.
+        if conn.kubeconfig and not os.path.exists(conn.kubeconfig):
+            raise ConfigError(f"kubeconfig {conn.kubeconfig!r} does not exist", source=NAME) from e
         if conn.kubeconfig or conn.context:
-            raise SchedulerError(f"cannot load kubeconfig: {e}", scheduler=NAME) from e
+            detail = " ".join(str(e).split())
+            raise ConfigError(f"cannot load kubeconfig: {detail}", source=NAME) from e
         try:
             config.load_incluster_config()
         except config.ConfigException:
-            raise SchedulerError(
+            raise ConfigError(
                 "no Kubernetes configuration: set KUBECONFIG, create ~/.kube/config, "
                 "or run inside a cluster",
-                scheduler=NAME,
+                source=NAME,
             ) from e
         return client.ApiClient()
 

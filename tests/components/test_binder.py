@@ -249,6 +249,36 @@ def test_unknown_positional_without_args_param() -> None:
         bind(comp, ["--alpha", "a", "extra"])
 
 
+@pytest.mark.parametrize(
+    ("component", "argv", "hint"),
+    [
+        # A script flag before --: say where it goes, not "did you mean '--help'?".
+        ("dist.ddp", ["--script", "t.py", "--lr", "0.1"], "after --: ... -- --lr ..."),
+        ("dist.ddp", ["--script", "t.py", "--epochs=3"], "after --: ... -- --epochs ..."),
+        ("utils.sh", ["--zzz"], "after --"),
+        # A misspelt flag of the component's own: the close match, with its dashes.
+        (
+            "dist.ddp",
+            ["--script", "t.py", "--max_restart", "1"],
+            "(did you mean '--max_restarts'?)",
+        ),
+        ("dist.ddp", ["--scrpit", "t.py"], "(did you mean '--script'?)"),
+        ("utils.echo", ["--mgs", "hi"], "(did you mean '--msg'?)"),
+    ],
+)
+def test_an_unknown_flag_gets_a_useful_hint(component: str, argv: list[str], hint: str) -> None:
+    with pytest.raises(ComponentError) as info:
+        bind(load(component), argv)
+    assert hint in str(info.value)
+    assert "--help" not in str(info.value)
+
+
+def test_no_script_hint_for_a_component_without_script_arguments() -> None:
+    with pytest.raises(ComponentError) as info:
+        bind(load("utils.echo"), ["--zzz"])
+    assert str(info.value) == "utils.echo: unrecognized arguments: --zzz"
+
+
 def test_usage_error_from_component_passes_through() -> None:
     with pytest.raises(TopologyError):
         bind(load("dist.ddp"), ["--script", "t.py", "-j", "2y3"])

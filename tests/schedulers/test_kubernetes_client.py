@@ -421,3 +421,36 @@ def test_kubeconfig_from_the_environment(
     app_id = sched.submit(sched.compile(app(1), sched.parse_options({}), app_id="ddp-1a2b3c4d"))
     status = sched.describe(app_id)
     assert status is not None and status.state is AppState.PENDING
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ([], "kubernetes: no Kubernetes configuration: set KUBECONFIG"),
+        (
+            ["-cfg", "kubeconfig=/no/such/kubeconfig"],
+            "kubeconfig '/no/such/kubeconfig' does not exist",
+        ),
+        (["-cfg", "kubeconfig={empty}"], "kubernetes: cannot load kubeconfig: "),
+    ],
+)
+def test_a_missing_or_broken_kubeconfig_is_one_line_exit_2(
+    tmp_path: Path, cfg: list[str], message: str
+) -> None:
+    """The user's configuration to fix, like any bad value: exit 2, nothing submitted."""
+    import os
+    import subprocess
+    import sys
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "DISTSPEC_"))}
+    env.update(HOME=str(tmp_path), DISTSPEC_STATE_DIR=str(tmp_path / "state"))
+    argv = [Path(sys.executable).parent / "distspec", "run", "-s", "kubernetes"]
+    argv += [c.replace("{empty}", str(empty)) for c in cfg]
+    argv += ["dist.ddp", "-j", "2x1", "--image", "img:1", "--script", "train.py"]
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.json"))

@@ -280,6 +280,42 @@ def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
     assert list(workdir.iterdir()) == []
 
 
+def test_a_job_script_that_fails_before_its_replica_shows_its_own_output(
+    state_dir: Path, workdir: Path
+) -> None:
+    """The job's folder does not exist (--image names a missing directory): the batch
+    script stops at its `cd`, the replica never starts and leaves no log, so the end of
+    `run --wait` quotes what the script itself printed (``<run directory>.out``)."""
+    require_slurm_cluster()
+    if shutil.which("qsub") is None:
+        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    missing = workdir / "no-such-dir"
+    run = subprocess.run(
+        [
+            str(BIN / "distspec"),
+            "run",
+            "-s",
+            "pbs",
+            "--wait",
+            "utils.sh",
+            "--image",
+            str(missing),
+            "echo",
+            "never",
+        ],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "the job script's output" in run.stderr, run.stderr
+    assert f"cd: {missing}: No such file or directory" in run.stderr, run.stderr
+
+
 @pytest.mark.parametrize(("how", "code", "said"), FAILING_RANK_CASES)
 def test_run_wait_exits_with_the_ranks_own_code_or_signal(
     state_dir: Path, workdir: Path, how: str, code: int, said: str
