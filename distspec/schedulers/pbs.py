@@ -338,6 +338,14 @@ class PbsScheduler(BatchScheduler[PbsOptions]):
         if info is None or info.state in _FINISHED:
             exit_status = None if info is None else info.exit_status
             state, msg = _finished(exit_status, files, cancelled)
+            if folder is None and exit_status is None and not cancelled:
+                # Nothing recorded the outcome where it can be found: a job submitted by
+                # hand (the -o DIR files), which PBS lists without its Output_Path.
+                state = AppState.UNKNOWN
+                msg = (
+                    "ended, but its job folder is unknown (not submitted from this state "
+                    "dir, and PBS names no output path), so its outcome is too"
+                )
             if info is None:
                 msg = f"PBS no longer lists job {job_id}; {msg}"
         else:

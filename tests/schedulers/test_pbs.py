@@ -914,6 +914,19 @@ def test_describe_torque_without_a_record_finds_the_folder(
     assert sched._folder(None, sched._qstat("77.torque.example.org")) == folder
 
 
+def test_a_finished_job_without_record_or_output_path_is_unknown_not_cancelled(
+    sched: PbsScheduler, fake_commands: FakeCommands
+) -> None:
+    # Submitted by hand (the -o DIR files) and listed by Slurm's wrappers, which name no
+    # Output_Path: nothing says how it ended, so distspec does not guess CANCELLED.
+    fake_commands.on("qstat", stdout=WRAPPER_COMPLETED)
+    status = sched.describe("90")
+    assert status is not None
+    assert status.state is AppState.UNKNOWN
+    assert "job folder is unknown" in status.msg
+    assert {r.state for r in status.roles[0].replicas} == {AppState.UNKNOWN}
+
+
 @pytest.mark.parametrize(
     ("files", "state", "msg"),
     [
