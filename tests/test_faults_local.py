@@ -263,9 +263,27 @@ def _submit_waiting(tmp_path: Path) -> tuple[str, str, Path]:
     return handle, app_id, Path(os.environ["DISTSPEC_STATE_DIR"]) / "local_cwd" / app_id
 
 
+def _remove(run: Path) -> None:
+    """Delete the run dir of a running job, as a user would with rm -rf: again when the
+    supervisor wrote a file into it between rmtree's listing and its rmdir."""
+    import errno
+
+    for _ in range(50):
+        try:
+            shutil.rmtree(run)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                raise
+            time.sleep(0.02)
+    pytest.fail(f"{run} kept being written to; rmtree gave up")
+
+
 def test_a_deleted_run_dir_can_still_be_cancelled(state_dir: Path, tmp_path: Path) -> None:
     handle, app_id, run = _submit_waiting(tmp_path)
-    shutil.rmtree(run)
+    _remove(run)
     status = cli("status", handle, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert "RUNNING" in status.stdout
@@ -280,7 +298,7 @@ def test_a_deleted_run_dir_is_followed_to_success(state_dir: Path, tmp_path: Pat
     from distspec.specs import AppState
 
     handle, app_id, run = _submit_waiting(tmp_path)
-    shutil.rmtree(run)
+    _remove(run)
     (tmp_path / "go").touch()
     status = Runner().wait(handle)
     assert status is not None and status.state is AppState.SUCCEEDED

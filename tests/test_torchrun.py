@@ -89,7 +89,9 @@ def test_elastic() -> None:
 
 
 def test_literal_values_for_in_job_launch() -> None:
-    args = torchrun_args(topo("2x1"), script="s.py", rank0_host="node7", rdzv_id="job42")
+    args = torchrun_args(
+        topo("2x1"), script="s.py", rank0_host="node7", rdzv_id="job42", rdzv_port=29500
+    )
     assert "node7:29500" in args and "job42" in args
 
 
