@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from distspec.errors import RuntimeEnvError
+from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
 __all__ = [
     "DEFAULT_MASTER_PORT",
@@ -25,10 +26,11 @@ __all__ = [
 ]
 
 #: torch's own default rendezvous port; the port when there is no job id.
-DEFAULT_MASTER_PORT = 29500
+DEFAULT_MASTER_PORT = DEFAULT_RDZV_PORT
 
-#: Ports derived from a job id fall in ``[DEFAULT_MASTER_PORT, DEFAULT_MASTER_PORT + PORT_SPAN)``.
-PORT_SPAN = 2000  # below Linux's ephemeral ports (32768 up), like the scripts' ports
+#: Ports derived from a job id fall in ``[DEFAULT_MASTER_PORT, DEFAULT_MASTER_PORT + PORT_SPAN)``:
+#: the same span as the generated scripts' ports, below Linux's ephemeral ones (32768 up).
+PORT_SPAN = RDZV_PORT_SPAN
 
 
 def expand_nodelist(nodelist: str) -> list[str]:

@@ -94,6 +94,33 @@ FAILING_RANK = (
 )
 
 
+def report_then_plain(tmp_path: Path) -> AppDef:
+    """One node, one retry: attempt 0 runs real torchrun, whose rank 1 exits 7 (torchrun
+    reports it and exits 1); attempt 1 fails with 4 and prints no report."""
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING_RANK)
+    marker = tmp_path / "first-attempt-done"
+    command = (
+        f"if [[ ! -e {marker} ]]; then touch {marker}; exec torchrun --standalone --nnodes 1 "
+        f"--nproc_per_node 2 {script} exit7; fi; "
+        'echo "attempt 1 fails without a report"; exit 4'
+    )
+    return AppDef(
+        name="lastreport",
+        roles=(Role(name="r", entrypoint="bash", args=("-c", command), max_retries=1),),
+    )
+
+
+def processes_with(marker: str) -> list[str]:
+    """The live (not zombie) processes whose command line holds ``marker``."""
+    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=True)
+    return [
+        line
+        for line in out.stdout.splitlines()
+        if marker in line and not line.lstrip().startswith("Z")
+    ]
+
+
 #: ``(HOW, run --wait's exit code, how the summary says it ended)`` for FAILING_RANK.
 FAILING_RANK_CASES = [
     ("exit7", 7, "exited with 7"),

@@ -31,6 +31,8 @@ from tests.schedulers.batch_apps import (
     FAILING_RANK_CASES,
     assert_private,
     private_modes,
+    processes_with,
+    report_then_plain,
 )
 from tests.slurm_cluster import require_slurm_cluster
 
@@ -121,15 +123,7 @@ def test_qdel_cancels_a_running_job(sched: PbsScheduler) -> None:
     status = sched.wait(job, timeout=60)
     assert status is not None and status.state is AppState.CANCELLED, status
 
-    def gone() -> bool:
-        ps = subprocess.run(
-            ["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=False
-        )
-        return not [
-            line for line in ps.stdout.splitlines() if marker in line and not line.startswith("Z")
-        ]
-
-    _until(gone, "the sleeper to be killed")
+    _until(lambda: not processes_with(marker), "the sleeper to be killed")
     # The script's TERM trap saw the signal, so even a qdel from outside distspec
     # (no cancel marker in this state dir) reads as cancelled.
     assert Path(record.folder, "signal").read_text().strip() == "TERM"
@@ -198,33 +192,13 @@ def test_a_failed_node_ends_the_two_node_job_with_its_code(
     record = sched._record(job)
     assert record is not None and Path(record.folder, "exit").read_text() == "9\n"
 
-    def gone() -> bool:
-        ps = subprocess.run(
-            ["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=False
-        )
-        return not [
-            line for line in ps.stdout.splitlines() if marker in line and not line.startswith("Z")
-        ]
-
-    _until(gone, "node 0's sleeper to be stopped")
+    _until(lambda: not processes_with(marker), "node 0's sleeper to be stopped")
 
 
 def test_a_retry_reports_the_last_attempts_failure(sched: PbsScheduler, tmp_path: Path) -> None:
     """As on Slurm: attempt 0's real torchrun reports rank 1 exiting 7; attempt 1 fails
     with 4 and no report. The status is attempt 1's."""
-    script = tmp_path / "fail.py"
-    script.write_text(FAILING_RANK)
-    marker = tmp_path / "first-attempt-done"
-    command = (
-        f"if [[ ! -e {marker} ]]; then touch {marker}; exec torchrun --standalone --nnodes 1 "
-        f"--nproc_per_node 2 {script} exit7; fi; "
-        'echo "attempt 1 fails without a report"; exit 4'
-    )
-    app = AppDef(
-        name="lastreport",
-        roles=(Role(name="r", entrypoint="bash", args=("-c", command), max_retries=1),),
-    )
-    job = _run(sched, app)
+    job = _run(sched, report_then_plain(tmp_path))
     status = sched.wait(job, timeout=180)
     assert status is not None and status.state is AppState.FAILED, status
     replica = status.roles[0].replicas[0]

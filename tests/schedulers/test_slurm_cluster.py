@@ -25,6 +25,8 @@ from tests.schedulers.batch_apps import (
     FAILING_RANK_CASES,
     assert_private,
     private_modes,
+    processes_with,
+    report_then_plain,
 )
 from tests.slurm_cluster import (
     cluster_has_accounting,
@@ -114,15 +116,6 @@ def _running_everywhere(sched: SlurmScheduler, job: str, replicas: int) -> bool:
         Path(record.folder, f"{r.role}-{r.id}.host").exists() for r in status.roles[0].replicas
     ]
     return status.state is AppState.RUNNING and len(started) == replicas and all(started)
-
-
-def _processes_with(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=True)
-    return [
-        line
-        for line in out.stdout.splitlines()
-        if marker in line and not line.lstrip().startswith("Z")
-    ]
 
 
 def test_ddp_2x2_real_rendezvous_and_logs_from_another_cwd(
@@ -244,11 +237,11 @@ def test_cancel_leaves_no_task_on_either_node(cluster: None, state_dir: Path) ->
     marker = f"distspec-cancel-{uuid.uuid4().hex}"
     job = _submit(sched, _sleeper(marker))
     _until(lambda: _running_everywhere(sched, job, 2), "both replicas to run")
-    _until(lambda: len(_processes_with(marker)) >= 2, "both sleepers to start")
+    _until(lambda: len(processes_with(marker)) >= 2, "both sleepers to start")
     sched.cancel(job)
     status = sched.wait(job, timeout=60)
     assert status is not None and status.state is AppState.CANCELLED, status
-    _until(lambda: not _processes_with(marker), "the tasks to be killed")
+    _until(lambda: not processes_with(marker), "the tasks to be killed")
     steps = subprocess.run(
         ["squeue", "--noheader", "--steps", "--jobs", job],
         capture_output=True,
@@ -393,30 +386,13 @@ def test_run_wait_exits_with_the_ranks_own_code_or_signal(
         assert "its last line: ValueError: the real error" in proc.stderr, proc.stderr
 
 
-def _report_then_plain(tmp_path: Path) -> AppDef:
-    """One node, one retry: attempt 0 runs real torchrun, whose rank 1 exits 7 (torchrun
-    reports it and exits 1); attempt 1 fails with 4 and prints no report."""
-    script = tmp_path / "fail.py"
-    script.write_text(FAILING_RANK)
-    marker = tmp_path / "first-attempt-done"
-    command = (
-        f"if [[ ! -e {marker} ]]; then touch {marker}; exec torchrun --standalone --nnodes 1 "
-        f"--nproc_per_node 2 {script} exit7; fi; "
-        'echo "attempt 1 fails without a report"; exit 4'
-    )
-    return AppDef(
-        name="lastreport",
-        roles=(Role(name="r", entrypoint="bash", args=("-c", command), max_retries=1),),
-    )
-
-
 def test_a_retry_reports_the_last_attempts_failure(
     cluster: None, state_dir: Path, tmp_path: Path
 ) -> None:
     """#15: the log holds both attempts; the status is the last one's (4), not the
     first attempt's torchrun report (rank 1 exited with 7)."""
     sched = SlurmScheduler(state_dir=state_dir)
-    job = _submit(sched, _report_then_plain(tmp_path))
+    job = _submit(sched, report_then_plain(tmp_path))
     status = sched.wait(job, timeout=180)
     assert status is not None and status.state is AppState.FAILED, status
     replica = status.roles[0].replicas[0]
