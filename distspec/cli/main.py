@@ -181,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return _interrupted()
+    except RuntimeError as e:
+        if not _wraps_interrupt(e):
+            raise
+        return _interrupted()
     except BrokenPipeError:  # `distspec log ... | head`
         import os
 
@@ -211,6 +215,10 @@ def run() -> None:
         code = main()
     except KeyboardInterrupt:  # while parsing or importing the verb, outside its own handling
         code = _interrupted()
+    except RuntimeError as e:
+        if not _wraps_interrupt(e):
+            raise
+        code = _interrupted()
     try:
         fast_exit(code)
     except KeyboardInterrupt:  # while flushing the output at exit
@@ -227,6 +235,18 @@ def _restore_interrupts() -> None:
 
     if _signal.getsignal(_signal.SIGINT) is distspec._interrupted_at_startup:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+
+
+def _wraps_interrupt(e: BaseException) -> bool:
+    """Whether ``e`` is a Ctrl-C that Python re-raised as another error.
+
+    Before Python 3.12 an exception raised in a descriptor's ``__set_name__``, which
+    runs while a class is created (distspec's records are built that way), comes out
+    as ``RuntimeError`` raised from it.
+    """
+    while isinstance(e, RuntimeError) and e.__cause__ is not None:
+        e = e.__cause__
+    return isinstance(e, KeyboardInterrupt)
 
 
 def _interrupted() -> int:

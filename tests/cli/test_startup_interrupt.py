@@ -144,6 +144,43 @@ def test_ctrl_c_during_a_slow_component_import(workdir: Path) -> None:
     ), "an interrupted run left a run directory"
 
 
+SET_NAME_COMPONENT = """\
+import os, signal, time
+
+
+class Field:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while a class is being created
+        time.sleep(60)
+
+
+class Record:
+    x = Field()
+
+
+def comp():
+    pass
+"""
+
+
+def test_ctrl_c_while_a_class_is_created(workdir: Path) -> None:
+    # Before Python 3.12 a KeyboardInterrupt raised in a descriptor's __set_name__
+    # comes out as a RuntimeError (from it): distspec's own records are built with
+    # such descriptors, and a random-moment Ctrl-C in CI once printed that traceback.
+    (workdir / "set_name.py").write_text(SET_NAME_COMPONENT)
+    proc = subprocess.run(
+        [str(DISTSPEC), "run", "--dryrun", "set_name.py:comp"],
+        check=False,
+        cwd=workdir,
+        env=_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert (proc.returncode, proc.stderr.strip()) == (130, "distspec: interrupted")
+
+
 def test_python_m_distspec_too(workdir: Path) -> None:
     env = _env(workdir, PYTHONPATH=f"{workdir / 'hook'}", DISTSPEC_TEST_SLOW_IMPORT="argparse")
     code, err = _interrupt_at_marker([sys.executable, "-m", "distspec", "--help"], workdir, env)
