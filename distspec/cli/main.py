@@ -224,6 +224,10 @@ def run() -> None:
     except KeyboardInterrupt:  # while flushing the output at exit
         import os
 
+        try:
+            os.write(2, b"distspec: interrupted\n")
+        except OSError:
+            pass
         os._exit(130)
 
 

@@ -23,6 +23,7 @@ import re
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -181,6 +182,57 @@ def test_ctrl_c_while_a_class_is_created(workdir: Path) -> None:
     assert (proc.returncode, proc.stderr.strip()) == (130, "distspec: interrupted")
 
 
+def _wchan(pid: int) -> str:
+    """Where in the kernel process ``pid`` sleeps (Linux's /proc/PID/wchan)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux's /proc/PID/wchan")
+def test_ctrl_c_while_the_output_is_flushed_at_exit(workdir: Path) -> None:
+    # `runopts slurm` prints ~2.3 kB, less than the output buffer Python gives a
+    # pipe, so all of it is written when distspec flushes at exit. Into a pipe that
+    # is already full, nobody reading it, that write blocks: Ctrl-C comes then.
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write_end, False)
+    try:
+        while os.write(write_end, b"." * 512):
+            pass
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    env = _env(workdir)
+    env.pop("PYTHONUNBUFFERED", None)  # buffered, as a pipe's output normally is
+    proc = subprocess.Popen(
+        [str(DISTSPEC), "runopts", "slurm"],
+        cwd=workdir,
+        env=env,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    try:
+        deadline = time.monotonic() + 60
+        while "pipe_write" not in _wchan(proc.pid):
+            assert proc.poll() is None, "ended without blocking on its output"
+            assert time.monotonic() < deadline, f"never blocked writing: {_wchan(proc.pid)!r}"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.close(read_end)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, err.strip()) == (130, "distspec: interrupted")
+
+
 def test_python_m_distspec_too(workdir: Path) -> None:
     env = _env(workdir, PYTHONPATH=f"{workdir / 'hook'}", DISTSPEC_TEST_SLOW_IMPORT="argparse")
     code, err = _interrupt_at_marker([sys.executable, "-m", "distspec", "--help"], workdir, env)
@@ -194,14 +246,19 @@ def _frames(err: str) -> list[str]:
 
 def _pythons_own_start_up(err: str) -> bool:
     """A traceback from before distspec's first line ran: Python failing to start
-    (``Fatal Python error``: ``site``, the ``.pth`` files, the streams) or the console
-    script's first import before distspec's package runs (no frame of distspec's)."""
+    (``Fatal Python error``: ``site``, the streams), a ``.pth`` file's line that
+    ``site`` reports and skips (the editable install's finder imports ``pathlib``),
+    or the console script's first import before distspec's package runs: no frame
+    of distspec's, only the import system's, the standard library's, installed
+    packages' and the console script's."""
     if err.startswith("Fatal Python error"):
         return True
     package = str(REPO / "distspec")
+    stdlib = sysconfig.get_paths()["stdlib"]
     frames = _frames(err)
     return not any(f.startswith(package) for f in frames) and all(
-        f.startswith("<frozen") or "site-packages" in f or f == str(DISTSPEC) for f in frames
+        f.startswith(("<frozen", "<string>", stdlib)) or "site-packages" in f or f == str(DISTSPEC)
+        for f in frames
     )
 
 
@@ -228,9 +285,35 @@ def test_ctrl_c_at_random_moments(argv: list[str], workdir: Path) -> None:
     for delay, code, err in outcomes:
         if "Traceback" in err or "Fatal Python error" in err:
             assert _pythons_own_start_up(err), (delay, err)
+        elif (code, err.strip()) == (1, "KeyboardInterrupt"):
+            # Python between `site` and the script's first line (opening, compiling
+            # it): a traceback with no frame at all, and not the exit by SIGINT that
+            # an interrupt in the script's own code gets.
+            pass
         elif code == 0:
             assert err == "", (delay, err)  # finished before the signal came
         elif code == -signal.SIGINT:
             assert err == "", (delay, err)  # before Python's handler: the shell says 130
         else:
             assert (code, err.strip()) == (130, "distspec: interrupted"), (delay, code, err)
+
+
+def test_what_counts_as_pythons_own_start_up() -> None:
+    stdlib = sysconfig.get_paths()["stdlib"]
+    pth_line = (  # site reports a .pth line that a Ctrl-C broke, then goes on
+        "Error processing line 1 of /v/site-packages/__editable__.distspec-0.1.0.pth:\n\n"
+        "  Traceback (most recent call last):\n"
+        '    File "<frozen site>", line 186, in addpackage\n'
+        '    File "<string>", line 1, in <module>\n'
+        f'    File "{stdlib}/pathlib.py", line 14, in <module>\n'
+        "  KeyboardInterrupt\n"
+    )
+    ours = (  # a Ctrl-C inside distspec's own code must never print this
+        "Traceback (most recent call last):\n"
+        f'  File "{DISTSPEC}", line 5, in <module>\n'
+        f'  File "{REPO}/distspec/specs/frozen.py", line 219, in __set_name__\n'
+        "RuntimeError: Error calling __set_name__ on '_DataclassView' instance\n"
+    )
+    assert _pythons_own_start_up(pth_line)
+    assert not _pythons_own_start_up(ours)
+    assert not _pythons_own_start_up(ours.replace(f"{REPO}/distspec", "/elsewhere"))
