@@ -262,14 +262,19 @@ def _interrupted() -> int:
 
 
 def fast_exit(code: int) -> None:
-    """Leave with ``code``, skipping interpreter teardown when it has nothing to do.
+    """Leave with ``code``, skipping interpreter teardown when nothing needs it.
 
     Teardown frees every module and object one by one: ~5 ms of CPU after a dry
-    run, a tenth of the whole command. It matters only for what runs at exit:
-    atexit handlers (``weakref.finalize`` and ``logging`` register theirs there),
-    other threads, and unflushed output. So when no handler is registered and no
-    other thread runs, stdout and stderr are flushed and the process ends with
-    ``os._exit``; otherwise it exits the normal way.
+    run, a tenth of the whole command. What must still happen at exit is done
+    here instead: stdout and stderr are flushed and the atexit handlers run
+    (``weakref.finalize`` and ``logging`` register theirs there); then the process
+    ends with ``os._exit``. Only while another non-daemon thread runs (Python's
+    exit waits for it) does it exit the normal way.
+
+    Daemon threads, such as ``run --wait --log``'s log pump blocked reading a
+    stream, are why teardown is worse than slow: Python 3.11 tearing down while
+    one sits in a socket read aborted the process now and then (exit -6 after
+    ``distspec: interrupted``).
 
     Output nobody reads any more (``distspec ... | head -1``) is dropped without
     the "Exception ignored ... BrokenPipeError" Python would print at exit.
@@ -281,12 +286,17 @@ def fast_exit(code: int) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    count = getattr(atexit, "_ncallbacks", None)  # CPython; elsewhere: the normal way
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython; else the normal way
     threading = sys.modules.get("threading")
-    if count is None or count() or (threading is not None and threading.active_count() > 1):
+    if run_exitfuncs is None or (
+        threading is not None
+        and any(not t.daemon for t in threading.enumerate() if t is not threading.current_thread())
+    ):
         sys.exit(code)
+    run_exitfuncs()
     try:
+        sys.stdout.flush()  # what the atexit handlers printed
         sys.stderr.flush()
     except (OSError, ValueError):
-        sys.exit(code)
+        pass
     os._exit(code)

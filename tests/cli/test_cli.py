@@ -397,6 +397,28 @@ def test_exit_runs_atexit_handlers_a_component_registers(tmp_path: Path) -> None
     assert marker.read_text() == "yes"
 
 
+def test_exit_waits_for_a_thread_a_component_started(tmp_path: Path) -> None:
+    # A non-daemon thread still running when the command ends is waited for, as
+    # Python's own exit does; a daemon thread (blocked for good here) is not.
+    marker = tmp_path / "thread-ran"
+    component = tmp_path / "comp.py"
+    component.write_text(
+        "import pathlib, threading, time\n"
+        "def later():\n"
+        "    time.sleep(0.5)\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "threading.Thread(target=later).start()\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+        "from distspec.components.dist import ddp\n"
+        "def job(script: str) -> object:\n"
+        '    """A job.\n\n    Args:\n        script: the script.\n    """\n'
+        "    return ddp(script=script)\n"
+    )
+    proc = distspec("run", "--dryrun", f"{component}:job", "--script", "m.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "yes"
+
+
 def test_output_to_a_closed_pipe_is_dropped_quietly() -> None:
     # `distspec builtins | true`: the reader is gone before distspec flushes.
     read_end, write_end = os.pipe()
