@@ -381,18 +381,27 @@ def test_fast_exit_keeps_exit_codes() -> None:
     assert distspec("builtins").returncode == 0
 
 
-def test_exit_runs_atexit_handlers_a_component_registers(tmp_path: Path) -> None:
-    marker = tmp_path / "atexit-ran"
+def _dryrun_a_component_that_first_runs(
+    code: str, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """``run --dryrun`` of a dist.ddp component whose file runs ``code`` when imported."""
     component = tmp_path / "comp.py"
     component.write_text(
-        "import atexit, pathlib\n"
-        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
-        "from distspec.components.dist import ddp\n"
+        code + "from distspec.components.dist import ddp\n"
         "def job(script: str) -> object:\n"
         '    """A job.\n\n    Args:\n        script: the script.\n    """\n'
         "    return ddp(script=script)\n"
     )
-    proc = distspec("run", "--dryrun", f"{component}:job", "--script", "m.py", cwd=tmp_path)
+    return distspec("run", "--dryrun", f"{component}:job", "--script", "m.py", cwd=tmp_path)
+
+
+def test_exit_runs_atexit_handlers_a_component_registers(tmp_path: Path) -> None:
+    marker = tmp_path / "atexit-ran"
+    proc = _dryrun_a_component_that_first_runs(
+        "import atexit, pathlib\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n",
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert marker.read_text() == "yes"
 
@@ -401,20 +410,15 @@ def test_exit_waits_for_a_thread_a_component_started(tmp_path: Path) -> None:
     # A non-daemon thread still running when the command ends is waited for, as
     # Python's own exit does; a daemon thread (blocked for good here) is not.
     marker = tmp_path / "thread-ran"
-    component = tmp_path / "comp.py"
-    component.write_text(
+    proc = _dryrun_a_component_that_first_runs(
         "import pathlib, threading, time\n"
         "def later():\n"
         "    time.sleep(0.5)\n"
         f"    pathlib.Path({str(marker)!r}).write_text('yes')\n"
         "threading.Thread(target=later).start()\n"
-        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
-        "from distspec.components.dist import ddp\n"
-        "def job(script: str) -> object:\n"
-        '    """A job.\n\n    Args:\n        script: the script.\n    """\n'
-        "    return ddp(script=script)\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n",
+        tmp_path,
     )
-    proc = distspec("run", "--dryrun", f"{component}:job", "--script", "m.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert marker.read_text() == "yes"
 

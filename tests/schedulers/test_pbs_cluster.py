@@ -208,44 +208,36 @@ def test_a_retry_reports_the_last_attempts_failure(sched: PbsScheduler, tmp_path
     assert "exitcode  : 7" in log and "attempt 1 fails without a report" in log
 
 
-def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
+def _require_pbs_wrappers() -> None:
     require_slurm_cluster()
     if shutil.which("qsub") is None:
         pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
-    run = subprocess.run(
-        [str(BIN / "distspec"), "run", "-s", "pbs", "--wait", "utils.sh", "echo", "hi from pbs"],
-        env=env,
+
+
+def _distspec(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The ``distspec`` command run in ``workdir``, with this venv's commands on PATH."""
+    return subprocess.run(
+        [str(BIN / "distspec"), *args],
+        env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
         cwd=workdir,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
+
+
+def test_cli_run_wait_and_log(state_dir: Path, workdir: Path) -> None:
+    _require_pbs_wrappers()
+    run = _distspec(workdir, "run", "-s", "pbs", "--wait", "utils.sh", "echo", "hi from pbs")
     assert run.returncode == 0, run.stdout + run.stderr
     handle = re.search(r"pbs://\S+", run.stdout)
     assert handle, run.stdout
-    logs = subprocess.run(
-        [str(BIN / "distspec"), "log", handle.group(0)],
-        env=env,
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    logs = _distspec(workdir, "log", handle.group(0), timeout=60)
     assert "hi from pbs" in logs.stdout, logs.stdout + logs.stderr
     # list: the qstat table has no times; the record and the job folder give them.
     job = handle.group(0).rsplit("/", 1)[1]
-    listed = subprocess.run(
-        [str(BIN / "distspec"), "list", "-s", "pbs", "--json"],
-        env=env,
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    listed = _distspec(workdir, "list", "-s", "pbs", "--json", timeout=60)
     assert listed.returncode == 0, listed.stderr
     row = next(r for r in json.loads(listed.stdout) if r["app_id"] == job)
     assert row["state"] == "SUCCEEDED", row
@@ -260,30 +252,10 @@ def test_a_job_script_that_fails_before_its_replica_shows_its_own_output(
     """The job's folder does not exist (--image names a missing directory): the batch
     script stops at its `cd`, the replica never starts and leaves no log, so the end of
     `run --wait` quotes what the script itself printed (``<run directory>.out``)."""
-    require_slurm_cluster()
-    if shutil.which("qsub") is None:
-        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    _require_pbs_wrappers()
     missing = workdir / "no-such-dir"
-    run = subprocess.run(
-        [
-            str(BIN / "distspec"),
-            "run",
-            "-s",
-            "pbs",
-            "--wait",
-            "utils.sh",
-            "--image",
-            str(missing),
-            "echo",
-            "never",
-        ],
-        env=env,
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    run = _distspec(
+        workdir, "run", "-s", "pbs", "--wait", "utils.sh", "--image", str(missing), "echo", "never"
     )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "the job script's output" in run.stderr, run.stderr
@@ -295,23 +267,12 @@ def test_run_wait_exits_with_the_ranks_own_code_or_signal(
     state_dir: Path, workdir: Path, how: str, code: int, said: str
 ) -> None:
     """As on Slurm: the worker's code or signal from torchrun's root-cause report."""
-    require_slurm_cluster()
-    if shutil.which("qsub") is None:
-        pytest.skip("Slurm's PBS wrappers (qsub) are not installed")
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    _require_pbs_wrappers()
     (workdir / "fail.py").write_text(FAILING_RANK)
-    run = subprocess.run(
-        [
-            *(str(BIN / "distspec"), "run", "-s", "pbs", "--wait", "dist.ddp", "-j", "1x2"),
-            *("--script", "fail.py", "--", how),
-        ],
-        env=env,
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = _distspec(
+        workdir, "run", "-s", "pbs", "--wait", "dist.ddp", "-j", "1x2", "--script", "fail.py",
+        "--", how,
+    )  # fmt: skip
     assert run.returncode == code, run.stdout + run.stderr
     assert re.search(rf"FAILED after \S+: \S+/0 rank 1 on \S+ {re.escape(said)}", run.stderr), (
         run.stderr
