@@ -116,13 +116,14 @@ def pickle_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     import cloudpickle
 
     from distspec.runtime.call import PROTOCOL_VERSION
+    from distspec.runtime.pickling import dumps
 
     payload = {"version": PROTOCOL_VERSION, "fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
     packages = _by_value_packages([fn, *args, *kwargs.values()])
     for package in packages:
         cloudpickle.register_pickle_by_value(package)
     try:
-        data: bytes = cloudpickle.dumps(payload)
+        data = dumps(payload)
     except Exception as e:
         what = _describe_unpicklable(fn, args, kwargs)
         raise CallableError(f"cannot send {what} to the job: {type(e).__name__}: {e}") from e
@@ -133,11 +134,11 @@ def pickle_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
 
 
 def _describe_unpicklable(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    import cloudpickle
+    from distspec.runtime.pickling import dumps
 
     def fails(obj: Any) -> bool:
         try:
-            cloudpickle.dumps(obj)
+            dumps(obj)
         except Exception:
             return True
         return False

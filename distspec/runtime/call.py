@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+from distspec.runtime.pickling import dumps
+
 __all__ = [
     "CALL_FILE",
     "JOB_DIR_ENV",
@@ -243,10 +245,8 @@ def _user_frames(e: BaseException) -> TracebackType | None:
 
 
 def _error_record(e: BaseException, phase: str, rank: int) -> dict[str, Any]:
-    import cloudpickle
-
     try:
-        pickled: bytes | None = cloudpickle.dumps(e)
+        pickled: bytes | None = dumps(e)
     except Exception:
         pickled = None
     return {
@@ -265,17 +265,15 @@ def _error_record(e: BaseException, phase: str, rank: int) -> dict[str, Any]:
 
 
 def _write_record(job_dir: str | None, rank: int, record: dict[str, Any]) -> None:
-    import cloudpickle
-
     if job_dir is None:
         return
     try:
-        data = cloudpickle.dumps(record)
+        data = dumps(record)
     except Exception as e:  # the return value does not pickle
         record = _error_record(
             TypeError(f"rank {rank}'s return value cannot be pickled: {e}"), "result", rank
         )
-        data = cloudpickle.dumps(record)
+        data = dumps(record)
     path = join(job_dir, result_file(rank))
     try:
         write_bytes(path, data)
