@@ -24,8 +24,11 @@ Rendezvous, as decided here and nowhere else:
   store (c10d, below). The span keeps the ports below Linux's ephemeral range
   (32768 up), where outgoing connections take theirs.
 - the default backend, ``auto``, is ``static`` for a fixed node count without
-  restarts (``-j NxM``, ``--max_restarts 0``) and ``c10d`` otherwise (elastic jobs,
-  restarts). Why not c10d everywhere: its agents poll the store on node 0 ten times a
+  restarts or retries (``-j NxM``, ``--max_restarts 0``, ``--max_retries 0``) and
+  whose ``--rdzv_conf`` sets nothing but ``timeout`` (the one key the static handler
+  reads), and ``c10d`` otherwise (elastic jobs, restarts, retries, c10d's keys such
+  as ``join_timeout``). ``--rdzv_backend static`` with a key it would ignore is
+  refused, never silently dropped. Why not c10d everywhere: its agents poll the store on node 0 ten times a
   second while the workers run (``num_nodes_waiting()`` in the agent's monitor loop),
   and when node 0 cannot bind the port because another job on that node holds it,
   torch's c10d backend silently joins *that* job's store as a client
@@ -35,7 +38,9 @@ Rendezvous, as decided here and nowhere else:
   The static rendezvous never polls, and node 0 must bind the port itself, so a
   clash fails at once with "address already in use", before any work. c10d stays
   for restarts: after a worker failure it makes every node re-rendezvous, where
-  static would leave the nodes at different restart counts.
+  static would leave the nodes at different restart counts. And for retries: a
+  Kubernetes Job replaces a failed pod alone, and only c10d lets the new pod join
+  the nodes that kept running.
 - ``--node_rank ${replica_id}`` only for the ``static`` backend, which needs it and
   a fixed node count. c10d assigns node ranks itself; torchrun logs a warning and
   ignores ``--node_rank`` there (``torch/distributed/run.py``, ``config_from_args``).
@@ -66,6 +71,7 @@ __all__ = [
     "RDZV_AUTO",
     "RDZV_BACKENDS",
     "RDZV_PORT_SPAN",
+    "STATIC_RDZV_CONF_KEYS",
     "TORCHRUN",
     "check_rdzv_conf",
     "escape_dollars",
@@ -107,6 +113,7 @@ def torchrun_args(
     no_python: bool = False,
     standalone: bool = False,
     rdzv_conf: str | None = None,
+    retries: bool = False,
 ) -> list[str]:
     """The arguments that follow :data:`TORCHRUN` to run ``script`` or ``module``.
 
@@ -138,12 +145,18 @@ def torchrun_args(
             users type it). Only for one node; ``rdzv_*`` are then unused.
         rdzv_conf: torchrun's ``--rdzv_conf``, ``KEY=VALUE[,KEY=VALUE...]``
             (``join_timeout=600,timeout=900``), passed on single- and multi-node
-            jobs alike; None or empty omits it.
+            jobs alike; None or empty omits it. With :data:`RDZV_AUTO` a key the
+            static rendezvous does not read (anything but ``timeout``) selects c10d;
+            with ``static`` it is refused.
+        retries: whether the scheduler reruns or replaces failed nodes
+            (``max_retries`` > 0): :data:`RDZV_AUTO` then selects c10d, which takes a
+            replacement node back in (Kubernetes replaces one failed pod at a time).
 
     Raises:
         ComponentError: not exactly one of script and module, an unknown rendezvous
-            backend, a port out of range, an elastic static rendezvous, ``no_python``
-            with a module, or ``standalone`` with more than one node.
+            backend, a port out of range, an elastic static rendezvous, a static
+            rendezvous with ``rdzv_conf`` keys it would ignore, ``no_python`` with a
+            module, or ``standalone`` with more than one node.
     """
     if (script is None) == (module is None):
         raise ComponentError("give exactly one of --script and -m (a script or a module to run)")
@@ -174,9 +187,19 @@ def torchrun_args(
     elif topology.nodes == 1:
         args += ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--rdzv_id", rdzv_id]
     else:
+        conf_keys = _conf_keys(rdzv_conf)
         if rdzv_backend == RDZV_AUTO:
-            fixed = not topology.elastic and max_restarts == 0
-            rdzv_backend = "static" if fixed else "c10d"
+            # static reads only `timeout` from --rdzv_conf: keys only c10d reads
+            # (join_timeout, last_call_timeout, ...) ask for c10d, as TorchX builds.
+            fixed = not topology.elastic and max_restarts == 0 and not retries
+            static_ok = conf_keys <= STATIC_RDZV_CONF_KEYS
+            rdzv_backend = "static" if fixed and static_ok else "c10d"
+        if rdzv_backend == "static" and not conf_keys <= STATIC_RDZV_CONF_KEYS:
+            ignored = ", ".join(sorted(conf_keys - STATIC_RDZV_CONF_KEYS))
+            raise ComponentError(
+                f"--rdzv_conf {ignored}: the static rendezvous reads only timeout (torchrun "
+                "would ignore the rest); write timeout=SECONDS, or use --rdzv_backend c10d"
+            )
         if rdzv_backend == "static" and topology.elastic:
             raise ComponentError(
                 f"the static rendezvous needs a fixed node count, not -j {topology}; "
@@ -236,6 +259,18 @@ def escape_dollars(text: str) -> str:
         part.token if isinstance(part, Macro) else part.replace("$", "$$")
         for part in macros.split(text)
     )
+
+
+#: The ``--rdzv_conf`` keys torchrun's static rendezvous reads
+#: (``static_tcp_rendezvous.create_rdzv_handler``; ``rank`` comes from ``--node_rank``).
+STATIC_RDZV_CONF_KEYS = frozenset({"timeout"})
+
+
+def _conf_keys(text: str | None) -> frozenset[str]:
+    """The keys of a ``--rdzv_conf`` value (already checked by :func:`check_rdzv_conf`)."""
+    if not text:
+        return frozenset()
+    return frozenset(item.partition("=")[0].strip() for item in text.split(","))
 
 
 def check_rdzv_conf(text: str) -> None:

@@ -112,13 +112,14 @@ def ddp(
         max_restarts: how many times torchrun restarts a node's processes before the
             node fails.
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
-            for a fixed node count without restarts, else c10d), c10d, static, etcd
-            or etcd-v2.
+            for a fixed node count without restarts or retries whose --rdzv_conf sets
+            only timeout, else c10d), c10d, static, etcd or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
             the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
             a first node do not meet), the rdzv_port run option on Kubernetes.
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
-            close_timeout, timeout in seconds, and the backend's own keys).
+            close_timeout, timeout in seconds, and the backend's own keys); the
+            static rendezvous reads only timeout, so other keys make auto pick c10d.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
@@ -214,13 +215,14 @@ def spmd(
         max_restarts: how many times torchrun restarts a node's processes before the
             node fails.
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
-            for a fixed node count without restarts, else c10d), c10d, static, etcd
-            or etcd-v2.
+            for a fixed node count without restarts or retries whose --rdzv_conf sets
+            only timeout, else c10d), c10d, static, etcd or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
             the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
             a first node do not meet), the rdzv_port run option on Kubernetes.
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
-            close_timeout, timeout in seconds, and the backend's own keys).
+            close_timeout, timeout in seconds, and the backend's own keys); the
+            static rendezvous reads only timeout, so other keys make auto pick c10d.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
@@ -315,13 +317,14 @@ def torchrun(
         max_restarts: how many times torchrun restarts a node's processes before the
             node fails.
         rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
-            for a fixed node count without restarts, else c10d), c10d, static, etcd
-            or etcd-v2.
+            for a fixed node count without restarts or retries whose --rdzv_conf sets
+            only timeout, else c10d), c10d, static, etcd or etcd-v2.
         rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
             the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
             a first node do not meet), the rdzv_port run option on Kubernetes.
         rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
-            close_timeout, timeout in seconds, and the backend's own keys).
+            close_timeout, timeout in seconds, and the backend's own keys); the
+            static rendezvous reads only timeout, so other keys make auto pick c10d.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
             a new mount starts at each ``type=``.
         debug: add verbose torch.distributed and NCCL logging to the environment.
@@ -473,6 +476,7 @@ def _torchrun_app(
         tee=tee,
         role=role_name,
         rdzv_conf=rdzv_conf,
+        retries=max_retries > 0,
     )
     role_env = {**(DEBUG_ENV if debug else {}), **(env or {})}
     if tp != 1 or pp != 1 or cp != 1:
