@@ -13,7 +13,8 @@ The tree::
     │   ├── HandleError               a malformed ``scheduler://session/app_id``
     │   ├── CompileError              this AppDef cannot run on this backend
     │   ├── RuntimeEnvError           in the job: launcher variables missing or in conflict
-    │   └── CallableError             a function or its arguments that cannot be sent to a job
+    │   ├── CallableError             a function or its arguments that cannot be sent to a job
+    │   └── ArgumentError             a Python API argument of the wrong type or value
     ├── SchedulerError                a backend command or API call failed (argv, stderr)
     ├── AppNotFound                   the scheduler does not know the app id
     └── RemoteError                   a submitted function raised, or a rank died, in the job
@@ -32,6 +33,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "AppNotFound",
+    "ArgumentError",
     "CallableError",
     "CompileError",
     "ComponentError",
@@ -163,6 +165,20 @@ class AppNotFound(DistspecError):
 class CallableError(UsageError):
     """A function or its arguments that cannot be sent to a job (``distspec.submit``):
     unpicklable, or a job directory the workers could not reach."""
+
+
+class ArgumentError(UsageError):
+    """An argument of the Python API (``distspec.submit``, ``Job``, ``Runner``) of the
+    wrong type or value, refused at the call: nothing is submitted or written.
+
+    ``argument`` names it (``"seed"``, ``"options['env']"``); ``value`` is how the
+    message shows the value (escaped and shortened; "" where it may be a secret).
+    """
+
+    def __init__(self, message: str, *, argument: str = "", value: str = "") -> None:
+        self.argument = argument
+        self.value = value
+        super().__init__(message)
 
 
 class RemoteError(DistspecError):
