@@ -102,7 +102,8 @@ def ddp(
             script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node; without it and -h, none are requested (the cluster's default).
+        cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
+            when there are no GPUs, other backends and GPU jobs for none.
         gpu: GPUs per node (0 without -h).
         mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:NxM`` makes it
@@ -207,7 +208,8 @@ def spmd(
             script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node; without it and -h, none are requested (the cluster's default).
+        cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
+            when there are no GPUs, other backends and GPU jobs for none.
         gpu: GPUs per node, and so processes per node (0 without -h).
         mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
@@ -307,7 +309,8 @@ def torchrun(
             script's or module's name when there is no RUN.
         h: a named host type (``gpu.large``, see ``distspec resources``) giving the
             CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node; without it and -h, none are requested (the cluster's default).
+        cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
+            when there are no GPUs, other backends and GPU jobs for none.
         gpu: GPUs per node (0 without -h).
         mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         j: the topology ``[MIN:]NxM``; with -h a bare ``N`` is N nodes of one

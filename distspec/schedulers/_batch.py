@@ -61,6 +61,7 @@ __all__ = [
     "attempt_loop",
     "check_job_dir",
     "check_rank0_host",
+    "cpus_per_node",
     "exit_code",
     "parse_int",
     "rank0_host_word",
@@ -89,6 +90,22 @@ def check_job_dir(job_dir: str, scheduler: str) -> None:
         raise CompileError(
             scheduler, f"job_dir={job_dir!r} must be an absolute path (logs are read from any cwd)"
         )
+
+
+def cpus_per_node(role: Role) -> int | None:
+    """The CPUs to request per node: the role's own (``--cpu``, ``-h``), else, for a
+    torchrun role without GPUs, one per process it starts (``-j NxM``: M). Without it
+    the cluster's default applies, often one CPU per task, and where cores are
+    confined (task/affinity, cgroups) all M processes would share that one core.
+    None: request nothing."""
+    res = role.resource
+    if res.cpu:
+        return res.cpu
+    if res.gpu:
+        return None
+    from distspec.torchrun import nproc_per_node
+
+    return nproc_per_node(role.entrypoint, role.args)
 
 
 def check_rank0_host(template: str, scheduler: str) -> None:

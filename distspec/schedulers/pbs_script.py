@@ -29,6 +29,7 @@ from distspec.schedulers._batch import (
     attempt_loop,
     check_job_dir,
     check_rank0_host,
+    cpus_per_node,
     rank0_host_word,
     role_function,
     task_function,
@@ -235,10 +236,11 @@ def _retries(app: AppDef) -> int:
 def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
     res = role.resource
     n = role.num_replicas
+    cpus = cpus_per_node(role)
     if opts.resource_style is ResourceStyle.SELECT:
         chunk = [str(n)]
-        if res.cpu:
-            chunk.append(f"ncpus={res.cpu}")
+        if cpus:
+            chunk.append(f"ncpus={cpus}")
         chunk.append("mpiprocs=1")
         if res.gpu:
             chunk.append(f"ngpus={res.gpu}")
@@ -259,8 +261,8 @@ def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
             f"role {role.name!r}: devices ({names}) need resource_style=select (Torque's "
             "node spec has no custom resources)"
         )
-    # Without a CPU count, ppn is left out: Torque's own default (one) applies.
-    spec = [f"nodes={n}", *([f"ppn={res.cpu}"] if res.cpu else [])]
+    # Without a CPU count (a GPU role without --cpu), ppn is left out: Torque's default (one).
+    spec = [f"nodes={n}", *([f"ppn={cpus}"] if cpus else [])]
     if res.gpu:
         spec.append(f"gpus={res.gpu}")
     lines = [f"#PBS -l {':'.join(spec)}"]

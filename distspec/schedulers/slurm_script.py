@@ -29,6 +29,7 @@ from distspec.schedulers._batch import (
     attempt_loop,
     check_job_dir,
     check_rank0_host,
+    cpus_per_node,
     rank0_host_word,
     role_function,
     task_function,
@@ -240,8 +241,9 @@ def _retries(app: AppDef) -> int:
 def _resources(role: Role, opts: SlurmOptions) -> list[str]:
     res = role.resource
     flags = ["--ntasks-per-node=1"]
-    if res.cpu:
-        flags.append(f"--cpus-per-task={res.cpu}")
+    cpus = cpus_per_node(role)
+    if cpus:
+        flags.append(f"--cpus-per-task={cpus}")
     if opts.mem and res.mem_mb:
         flags.append(f"--mem={res.mem_mb}")
     gres = []
@@ -331,15 +333,15 @@ def _macro_values(role: Role) -> MacroValues:
 
 def _srun_flags(index: int, role: Role, opts: SlurmOptions, het: bool) -> list[str]:
     """The flags of the role's srun step, up to (not including) ``--output``."""
-    res = role.resource
     flags = []
     if het:
         flags.append(f"--het-group={index}")
     flags.append("--ntasks-per-node=1")
     # srun 22.05+ no longer inherits --cpus-per-task from the job: pass it again, or each
     # task is confined to one CPU where task affinity is enforced.
-    if res.cpu:
-        flags.append(f"--cpus-per-task={res.cpu}")
+    cpus = cpus_per_node(role)
+    if cpus:
+        flags.append(f"--cpus-per-task={cpus}")
     flags.append(f"--kill-on-bad-exit={1 if opts.kill_on_bad_exit else 0}")
     if opts.unbuffered:
         flags.append("--unbuffered")
