@@ -38,7 +38,7 @@ Exit codes: 0 success; the failing replica's exit code (or 1) when the job fails
 2 for a usage mistake (nothing is submitted); 130 when interrupted.
 
 examples:
-  distspec run dist.ddp -j 1x2 --script train.py --lr 0.1
+  distspec run dist.ddp -j 1x2 --script train.py -- --lr 0.1
   distspec run -s slurm -cfg partition=gpu,time=1:00:00 --dryrun dist.ddp -j 2x8 --script train.py
   distspec run --dryrun -o out/ -s slurm dist.ddp -j 2x8 --script train.py
 """
