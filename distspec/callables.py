@@ -304,8 +304,11 @@ class Job:
         try:
             status = self.runner.wait(self.handle, timeout=timeout)
         except KeyboardInterrupt:
-            print(f"distspec: cancelling {self.handle}", file=sys.stderr)
-            self.cancel()
+            # The cancel first, what is said after, never failing: stderr may be a
+            # pipe whose reader died of the same Ctrl-C.
+            from distspec.runner import cancel_interrupted
+
+            cancel_interrupted(self.cancel, self.handle)
             raise
         self._status = status
         return status

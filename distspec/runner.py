@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus
 
-__all__ = ["LogLine", "Runner", "new_app_id"]
+__all__ = ["LogLine", "Runner", "cancel_interrupted", "new_app_id", "tell"]
 
 
 def _log(level: int, msg: str, *args: object) -> None:
@@ -51,6 +51,44 @@ def new_app_id(app_name: str) -> str:
     # os.urandom is what secrets.token_hex uses; importing secrets costs a dry run
     # ~5 ms (it loads hmac, OpenSSL's _hashlib, random and base64).
     return f"{app_name}-{os.urandom(4).hex()}"
+
+
+def tell(text: str) -> None:
+    """Write ``text`` and a newline to stderr, and never fail: after a Ctrl-C the reader
+    of a pipe (``2>&1 | tee run.log``) may have died of the same Ctrl-C, and what
+    must happen next (a cancel) may not depend on saying so."""
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def cancel_interrupted(cancel: Callable[[], None], handle: object) -> None:
+    """Cancel a job whose follower was interrupted (Ctrl-C, SIGTERM, a reader that went
+    away): ``cancel()`` first, with SIGINT and SIGTERM held off until it returns (a
+    second Ctrl-C cannot cut it short), then
+    ``distspec: cancelling HANDLE: done`` on stderr, said by :func:`tell`.
+
+    A failing ``cancel()`` is said too, then raised.
+    """
+    import signal
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: None)
+    except ValueError:  # not the main thread: no signal is delivered here anyway
+        pass
+    try:
+        cancel()
+    except BaseException as e:
+        tell(f"distspec: cancelling {handle} failed: {e}")
+        raise
+    finally:
+        for held, handler in previous.items():
+            signal.signal(held, signal.SIG_DFL if handler is None else handler)
+    tell(f"distspec: cancelling {handle}: done")
 
 
 @frozen(kw_only=False)

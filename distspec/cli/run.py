@@ -22,20 +22,21 @@ Everything after COMPONENT goes to the component: `distspec run dist.ddp --help`
 lists its parameters. Script arguments follow the component's flags, with or
 without `--`.
 
---wait follows the job to its end: the job's output is streamed, each line
-prefixed `ROLE/REPLICA rank N|` (by default for local_cwd, and for the other
-backends when stdout is a terminal; --log/--no-log decide), and the end says the
-duration, final state, where the logs are and, on failure, the failing rank's
-traceback, exit code and host.
+--wait follows the job to its end: the job's output is streamed on every backend,
+to a terminal, a pipe or a file alike (--no-log: only its state), each line
+prefixed `ROLE/REPLICA rank N|`, and the end says the duration, final state, where
+the logs are and, on failure, the failing rank's traceback, exit code and host.
 
 Ctrl-C during --wait: on local_cwd it cancels the job (as for a foreground
-torchrun). On slurm, pbs and kubernetes the first Ctrl-C stops following and
-says how to follow or cancel the still-running job; a second one within 3 s (or
---cancel-on-interrupt) cancels it. SIGTERM cancels a local job and detaches
-from the others.
+torchrun), also when the output goes to a pipe (`2>&1 | tee run.log`) whose reader
+the same Ctrl-C ended. On slurm, pbs and kubernetes the first Ctrl-C stops
+following and says how to follow or cancel the still-running job; a second one
+within 3 s (or --cancel-on-interrupt) cancels it. SIGTERM cancels a local job and
+detaches from the others. A reader that goes away (`| head`) counts as one Ctrl-C.
 
 Exit codes: 0 success; the failing replica's exit code (or 1) when the job fails;
-2 for a usage mistake (nothing is submitted); 130 when interrupted.
+2 for a usage mistake (nothing is submitted); 130 when interrupted; 141 when the
+reader of the output went away.
 
 examples:
   distspec run dist.ddp -j 1x2 --script train.py -- --lr 0.1
@@ -78,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         "--log",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="with --wait: stream the job's output (default: on for local_cwd, and for "
-        "other backends when stdout is a terminal)",
+        help="with --wait: stream the job's output (the default, on every backend); "
+        "--no-log shows only its state",
     )
     parser.add_argument(
         "--cancel-on-interrupt",
@@ -151,21 +152,25 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(handle)
         return 0
-    logs = args.log if args.log is not None else scheduler == "local_cwd" or sys.stdout.isatty()
+    logs = args.log is not False  # --wait streams the job's output unless --no-log
     cancel = scheduler == "local_cwd" or args.cancel_on_interrupt
+    out = sys.stderr if args.json else sys.stdout
     # SIGTERM must reach the job from the moment it exists, so the handler goes in
     # before submit rather than after the handle is printed.
     with _term_as_interrupt() as terminated:
         began = time.monotonic()
         handle = runner.submit(request)
-        print(handle, file=sys.stderr if args.json else sys.stdout, flush=True)
-        status = follow(
-            runner,
-            handle,
-            logs=(sys.stderr if args.json else sys.stdout) if logs else None,
-            cancel_on_interrupt=cancel,
-            terminated=terminated,
-        )
+        try:
+            status = follow(
+                runner,
+                handle,
+                announce=out,
+                logs=out if logs else None,
+                cancel_on_interrupt=cancel,
+                terminated=terminated,
+            )
+        except ReaderGone:
+            return READER_GONE_EXIT
     if status is None:  # detached
         return 130
     if args.json:
@@ -235,6 +240,19 @@ def _term_as_interrupt() -> Iterator[_Terminated]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: The exit code when the reader of distspec's output went away: 128 + SIGPIPE, what a
+#: shell reports for a writer that a closed pipe ended.
+READER_GONE_EXIT = 141
+
+#: While streaming, how often the wait looks up from the job to see whether the reader
+#: of the output went away (a silent job gives no state change to wake it).
+READER_CHECK_INTERVAL = 2.0
+
+
+class ReaderGone(Exception):
+    """Whoever read distspec's output (``| head``, ``| tee`` killed) has closed the pipe."""
+
+
 class _LogPump:
     """Streams every replica's lines to ``out`` from a thread, while the main thread waits."""
 
@@ -243,6 +261,7 @@ class _LogPump:
 
         self.out = out
         self.stopped = False
+        self.broken = False
         self.error: BaseException | None = None
         self.lines = runner.log_lines(handle, follow=True)
         self.thread = threading.Thread(target=self._run, name="distspec-logs", daemon=True)
@@ -256,8 +275,8 @@ class _LogPump:
                     return
                 out.write(line.format() + "\n")
                 out.flush()
-        except BrokenPipeError:
-            self.stopped = True
+        except (BrokenPipeError, ValueError):  # the reader went away (ValueError: closed)
+            self.broken = self.stopped = True
         except Exception as e:  # the logs are a view; the job's end still counts
             self.error = e
 
@@ -266,69 +285,121 @@ class _LogPump:
         self.thread.join(timeout)
         self.stopped = True
         if self.error is not None:
-            print(f"distspec: (stopped streaming logs: {self.error})", file=sys.stderr)
+            tell(f"distspec: (stopped streaming logs: {self.error})")
+
+
+def tell(text: str) -> None:
+    """One line on stderr that never fails (see :func:`distspec.runner.tell`)."""
+    from distspec.runner import tell as say
+
+    say(text)
 
 
 def follow(
     runner: Runner,
     handle: AppHandle,
     *,
+    announce: Any = None,
     logs: Any = None,
     cancel_on_interrupt: bool = True,
     terminated: _Terminated | None = None,
 ) -> AppStatus | None:
-    """Wait for the job, streaming its lines to ``logs`` (a text stream) if given and
-    showing its state on stderr. Returns the final status, or None when an interrupt
-    detached from a job that goes on.
+    """Print the handle to ``announce`` (a text stream) if given, then wait for the job,
+    streaming its lines to ``logs`` if given and showing its state on stderr. Returns
+    the final status, or None when an interrupt detached from a job that goes on.
 
     An interrupt (Ctrl-C, or SIGTERM under :func:`_term_as_interrupt`) with
     ``cancel_on_interrupt`` cancels the job and is re-raised; without it, it says how
     to follow or cancel the job, and a second Ctrl-C within
-    :data:`SECOND_INTERRUPT_WINDOW` seconds cancels it (and is re-raised).
+    :data:`SECOND_INTERRUPT_WINDOW` seconds cancels it (and is re-raised). The cancel
+    comes first and what is said after, never failing: the reader of a pipe may have
+    died of the same Ctrl-C (``2>&1 | tee run.log``).
+
+    A reader that went away (a write to ``announce``, ``logs`` or stderr found the pipe
+    closed) counts as one Ctrl-C, without the second chance; then :class:`ReaderGone`
+    is raised.
     """
     display = _Display(sys.stderr, live=logs is None)
-    pump = _LogPump(runner, handle, logs) if logs is not None else None
+    pump: _LogPump | None = None
     try:
-        status = runner.wait(handle, on_status=display.update)
-    except KeyboardInterrupt:
+        if announce is not None:
+            _write(announce, f"{handle}\n")
+        if logs is not None:
+            pump = _LogPump(runner, handle, logs)
+        status = _wait(runner, handle, display, pump)
+    except (KeyboardInterrupt, ReaderGone) as e:
+        gone = isinstance(e, ReaderGone)
         if pump is not None:
             pump.stopped = True
-        display.finish()
         if cancel_on_interrupt:
-            print(f"distspec: cancelling {handle}", file=sys.stderr)
-            runner.cancel(handle)
+            _cancel(runner, handle)
+            if gone:
+                raise ReaderGone from None
             raise
-        _detach(runner, handle, second_chance=not (terminated and terminated.value))
+        _detach(runner, handle, second_chance=not gone and not (terminated and terminated.value))
+        if gone:
+            raise ReaderGone from None
         return None
     if pump is not None:
         pump.finish()
-    display.update(status)
-    display.finish()
+    try:
+        display.update(status)
+        display.finish()
+    except ReaderGone:  # the job has ended; its exit code still counts
+        pass
     return status
 
 
+def _wait(runner: Runner, handle: AppHandle, display: _Display, pump: _LogPump | None) -> AppStatus:
+    """``runner.wait``; while streaming, raises ReaderGone within
+    :data:`READER_CHECK_INTERVAL` of the pump finding the pipe closed."""
+    if pump is None:
+        return runner.wait(handle, on_status=display.update)
+    while True:
+        try:
+            return runner.wait(handle, timeout=READER_CHECK_INTERVAL, on_status=display.update)
+        except TimeoutError:
+            if pump.broken:
+                raise ReaderGone from None
+
+
+def _write(stream: Any, text: str) -> None:
+    """Write and flush ``text``; a closed pipe (or stream) raises ReaderGone."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except (BrokenPipeError, ValueError):
+        raise ReaderGone from None
+
+
+def _cancel(runner: Runner, handle: AppHandle) -> None:
+    """Cancel after an interrupt (:func:`distspec.runner.cancel_interrupted`). An
+    interrupt that lands before its signals are held off (a second Ctrl-C at once)
+    does not skip the cancel: it is tried again (cancelling twice is a no-op)."""
+    from distspec.runner import cancel_interrupted
+
+    while True:
+        try:
+            cancel_interrupted(lambda: runner.cancel(handle), handle)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def _detach(runner: Runner, handle: AppHandle, *, second_chance: bool) -> None:
-    err = sys.stderr
-    print(
+    tell(
         f"distspec: stopped following {handle}; the job goes on.\n"
         f"  follow it:  distspec log -f {handle}\n"
         f"  its state:  distspec status {handle}\n"
-        f"  cancel it:  distspec cancel {handle}",
-        file=err,
-        flush=True,
+        f"  cancel it:  distspec cancel {handle}"
     )
     if not second_chance:
         return
     try:  # before the prompt: a Ctrl-C right after it must find the handler in place
-        print(
-            f"distspec: press Ctrl-C again within {SECOND_INTERRUPT_WINDOW:g} s to cancel it now",
-            file=err,
-            flush=True,
-        )
+        tell(f"distspec: press Ctrl-C again within {SECOND_INTERRUPT_WINDOW:g} s to cancel it now")
         time.sleep(SECOND_INTERRUPT_WINDOW)
     except KeyboardInterrupt:
-        print(f"distspec: cancelling {handle}", file=err, flush=True)
-        runner.cancel(handle)
+        _cancel(runner, handle)
         raise
 
 
@@ -455,7 +526,8 @@ def _failing_rank(
 
 class _Display:
     """Progress on ``stream``: a live line per role on a terminal (``live``, when no
-    log lines are streamed), else a line per change of state."""
+    log lines are streamed), else a line per change of state. A closed pipe raises
+    :class:`ReaderGone`."""
 
     def __init__(self, stream: Any, *, live: bool = True) -> None:
         self.stream = stream
@@ -479,16 +551,12 @@ class _Display:
         summary = f"{status.state.value}" + (f" ({status.msg})" if status.msg else "")
         if self.tty:
             text = [f"[{elapsed:6.1f}s] {summary}", *lines]
-            if self.drawn:
-                self.stream.write(f"\x1b[{self.drawn}F")
-            for line in text:
-                self.stream.write("\x1b[2K" + line + "\n")
+            up = f"\x1b[{self.drawn}F" if self.drawn else ""
+            _write(self.stream, up + "".join("\x1b[2K" + line + "\n" for line in text))
             self.drawn = len(text)
-            self.stream.flush()
         elif summary != self.last:
-            self.stream.write(f"[{elapsed:.1f}s] {summary}\n")
-            self.stream.flush()
+            _write(self.stream, f"[{elapsed:.1f}s] {summary}\n")
         self.last = summary
 
     def finish(self) -> None:
-        self.stream.flush()
+        _write(self.stream, "")
