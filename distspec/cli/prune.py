@@ -7,6 +7,11 @@ that has not ended is never touched.
 from __future__ import annotations
 
 import argparse
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 EPILOG = """\
 examples:
@@ -70,16 +75,33 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{args.scheduler} keeps no run directories here to prune (only local_cwd does)"
         )
-    gone = prune(older_than=older, states=states, dry_run=args.dry_run)
-    handles = [
-        AppHandle(scheduler=args.scheduler, session=runner.session, app_id=a.app_id).format()
-        for a in gone
-    ]
+    failed: list[tuple[Any, str]] = []
+    gone = prune(
+        older_than=older,
+        states=states,
+        dry_run=args.dry_run,
+        on_failure=lambda app, why: failed.append((app, why)),
+    )
+
+    def handle(app_id: str) -> str:
+        return AppHandle(scheduler=args.scheduler, session=runner.session, app_id=app_id).format()
+
+    # Only what is really gone is reported as deleted; a run that could not be
+    # deleted is named, with why, on stderr, and the exit code is 1.
     if args.json:
-        print_json({"dry_run": args.dry_run, "pruned": handles})
-        return 0
+        print_json(
+            {
+                "dry_run": args.dry_run,
+                "pruned": [handle(a.app_id) for a in gone],
+                "failed": [{"handle": handle(a.app_id), "error": why} for a, why in failed],
+            }
+        )
+        return 1 if failed else 0
     verb = "would delete" if args.dry_run else "deleted"
-    for handle, app in zip(handles, gone, strict=True):
-        print(f"{verb} {handle} ({app.state.value})")
-    print(f"{verb} {len(gone)} run(s)")
-    return 0
+    for app in gone:
+        print(f"{verb} {handle(app.app_id)} ({app.state.value})")
+    for app, why in failed:
+        print(f"distspec prune: could not delete {handle(app.app_id)}: {why}", file=sys.stderr)
+    tail = f"; {len(failed)} could not be deleted (see above)" if failed else ""
+    print(f"{verb} {len(gone)} run(s){tail}")
+    return 1 if failed else 0

@@ -662,12 +662,13 @@ class LocalScheduler(Scheduler[LocalOptions]):
         older_than: float | None = None,
         states: frozenset[AppState] | None = None,
         dry_run: bool = False,
+        on_failure: Callable[[AppSummary, str], object] | None = None,
     ) -> tuple[AppSummary, ...]:
         """Delete the run directories of ended runs (never a running one): those that
         ended more than ``older_than`` seconds ago (all ended ones if None), in one of
         ``states`` (every terminal state if None). Returns what was (with ``dry_run``:
-        would be) deleted, newest first."""
-        import shutil
+        would be) deleted, newest first: only runs whose directory is really gone. A
+        run that could not be deleted is passed to ``on_failure`` with the reason."""
         import time
 
         from distspec.schedulers import local_supervisor as sup
@@ -690,9 +691,30 @@ class LocalScheduler(Scheduler[LocalOptions]):
             if sup.is_alive(int(info.get("pid", 0) or 0), info.get("starttime")):
                 continue
             if not dry_run:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                problem = _remove_tree(run_dir)
+                if problem is not None:
+                    if on_failure is not None:
+                        on_failure(summary, problem)
+                    continue
             gone.append(summary)
         return tuple(gone)
+
+
+def _remove_tree(path: Path) -> str | None:
+    """Delete ``path`` and everything in it: None once it is gone, else why not."""
+    import shutil
+
+    for _ in range(3):
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass  # a part of it vanished meanwhile (the supervisor's last files): again
+        except OSError as e:
+            where = f" ({e.filename})" if e.filename else ""
+            return f"{e.strerror or e}{where}"
+        if not os.path.lexists(path):
+            return None
+    return "it kept changing while being deleted"
 
 
 def _open_alive(path: Path) -> int | None:
