@@ -63,3 +63,60 @@ def test_slurm_job_streams_every_rank_exactly_once(tmp_path: Path, state_dir: Pa
     finally:
         if handle:
             subprocess.run(["scancel", handle.group(0).rsplit("/", 1)[1]], check=False)
+
+
+def test_slurm_job_streams_into_a_pipe_without_log(tmp_path: Path, state_dir: Path) -> None:
+    # `run --wait` streams on every backend by default, also when stdout is a pipe
+    # (CI logs, `| tee`); it used to stream Slurm jobs only on a terminal or with --log.
+    reason = slurm_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if not cluster_is_up():
+        require_slurm_cluster()
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [
+            str(BIN / "distspec"),
+            "run",
+            "-s",
+            "slurm",
+            "--wait",
+            "utils.sh",
+            "--",
+            "echo hi $((6*7))",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    handle = re.search(r"slurm://\S+", proc.stdout)
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        assert "sh/0| hi 42" in proc.stdout.splitlines(), proc.stdout
+        quiet = subprocess.run(
+            [
+                str(BIN / "distspec"),
+                "run",
+                "-s",
+                "slurm",
+                "--wait",
+                "--no-log",
+                "utils.sh",
+                "--",
+                "echo hi $((6*7))",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert quiet.returncode == 0, quiet.stderr
+        assert "hi 42" not in quiet.stdout
+    finally:
+        if handle:
+            subprocess.run(["scancel", handle.group(0).rsplit("/", 1)[1]], check=False)
