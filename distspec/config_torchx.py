@@ -19,8 +19,9 @@ What is read:
                             dashed keys become ``mail_user``. An option distspec's
                             backend does not have is an error naming the file
                             when that scheduler is used (TorchX skips it silently).
-                            ``[kubernetes] queue`` also sets ``flavor = volcano``:
-                            TorchX's Kubernetes scheduler is always Volcano
+                            ``[kubernetes] queue`` means what ``-cfg queue`` means
+                            (Kueue's queue unless ``flavor = volcano``); the
+                            conversion adds TorchX's ``flavor = volcano``
 ``[component:NAME]``        ``[component:NAME]``; TorchX's ``memMB`` is ``mem_mb``
 ``[cli:run] scheduler``     ``[distspec] scheduler``
 ``[cli:run] component``,    not read: distspec has no default component or
@@ -132,10 +133,9 @@ def _read(path: str) -> Layer:
         else:
             name = section.strip()
             options = {k.replace("-", "_"): v for k, v in values.items()}
-            if name == "kubernetes" and "queue" in options:
-                # TorchX's kubernetes scheduler is always Volcano; distspec's `queue` is
-                # a Kueue queue unless the flavor is volcano.
-                options.setdefault("flavor", "volcano")
+            # [kubernetes] queue means what -cfg queue means (the flavor's queue: Kueue
+            # for job/jobset, Volcano for volcano); the flavor is not changed behind the
+            # user's back. `configure --from-torchx` writes TorchX's flavor = volcano.
             schedulers[name] = options
     layer = Layer(
         source=path + SOURCE_TAG,
@@ -256,6 +256,9 @@ def convert(cwd: str, home: str, env: Mapping[str, str]) -> tuple[str, list[str]
     if general:
         section("[distspec]", general)
     for name, values in schedulers.items():
+        if name == "kubernetes" and "queue" in values and "flavor" not in values:
+            # TorchX's Kubernetes scheduler always submits a Volcano Job in `queue`.
+            values = {**values, "flavor": "volcano"}
         if name in BUILTIN_SCHEDULERS:
             section(f"[scheduler:{name}]", values)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,7 +174,7 @@ def test_no_torchxconfig_imports_nothing_more(dirs: tuple[Path, Path]) -> None:
     assert out.stdout.split() == ["True", "True"], out.stderr
 
 
-def test_kubernetes_queue_means_volcano_and_unknown_schedulers_are_named(
+def test_kubernetes_queue_is_read_as_is_and_unknown_schedulers_are_named(
     dirs: tuple[Path, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     home, project = dirs
@@ -182,13 +183,42 @@ def test_kubernetes_queue_means_volcano_and_unknown_schedulers_are_named(
     )
     with caplog.at_level(logging.WARNING, logger="distspec.config"):
         cfg = load_config(cwd=project, env={"HOME": str(home)}, home=home)
-    assert _merged(cfg, "kubernetes") == {
-        "queue": "default",
-        "namespace": "ml",
-        "flavor": "volcano",
-    }
+    # No flavor slipped in: queue means what -cfg queue means.
+    assert _merged(cfg, "kubernetes") == {"queue": "default", "namespace": "ml"}
     (line,) = [r.getMessage() for r in caplog.records]
     assert "[aws_batch] queue (no such distspec scheduler)" in line
+
+
+K8S_DRYRUN = ("run", "--dryrun", "-s", "kubernetes", "dist.ddp", "-j", "2x1")
+K8S_DRYRUN += ("--image", "repo/img:1", "--script", "train.py")
+
+
+def _kind(manifest: str) -> tuple[str, str]:
+    """(apiVersion, kind) of the job object of a dry-run manifest."""
+    docs = [d for d in manifest.split("\n---\n") if "\nkind: Service" not in "\n" + d]
+    head = docs[-1].splitlines()
+    api = next(line.split(": ", 1)[1] for line in head if line.startswith("apiVersion: "))
+    kind = next(line.split(": ", 1)[1] for line in head if line.startswith("kind: "))
+    return api, kind
+
+
+def test_kubernetes_queue_builds_the_same_job_from_either_source(dirs: tuple[Path, Path]) -> None:
+    """``queue`` has one meaning: from .torchxconfig as from -cfg (it used to make a
+    Volcano Job from the file and a Kueue-labelled Job from the command line)."""
+    home, project = dirs
+    (project / "train.py").write_text("")
+    cli = _cli(project, home, *K8S_DRYRUN[:4], "-cfg", "queue=team-a", *K8S_DRYRUN[4:])
+    assert cli.returncode == 0, cli.stderr
+    (project / ".torchxconfig").write_text("[kubernetes]\nqueue = team-a\n")
+    from_file = _cli(project, home, *K8S_DRYRUN)
+    assert from_file.returncode == 0, from_file.stderr
+    ids = re.compile(r"train-[0-9a-f]{8}")  # each dry run has an app id of its own
+    assert ids.sub("ID", from_file.stdout) == ids.sub("ID", cli.stdout)
+    assert _kind(cli.stdout) == ("batch/v1", "Job")
+    assert "kueue.x-k8s.io/queue-name: team-a" in cli.stdout
+    # TorchX's Volcano Job: flavor=volcano, which the conversion writes.
+    converted = _cli(project, home, "configure", "--from-torchx", "-o", "-")
+    assert "[scheduler:kubernetes]\nqueue = team-a\nflavor = volcano\n" in converted.stdout
 
 
 def test_component_defaults_in_torchx_spelling(dirs: tuple[Path, Path]) -> None:
