@@ -416,3 +416,29 @@ def test_job_dir_folder_script_and_record_are_private(cluster: None, state_dir: 
     modes = private_modes(state_dir, "slurm", status.location)
     assert any(p.endswith(".sbatch") for p in modes) and any(p.endswith(".json") for p in modes)
     assert_private(modes)
+
+
+def test_job_dir_holds_script_and_logs_and_the_job_runs_where_it_was_submitted(
+    cluster: None, env: dict[str, str], tmp_path: Path
+) -> None:
+    """``-cfg job_dir=DIR`` is where the script and logs go, not the job's working
+    directory (TorchX's job_dir is both: it copies the workspace there and runs the job
+    with ``sbatch --chdir``; docs/migrating-from-torchx.md names the difference). A
+    relative script path is found where ``distspec run`` ran."""
+    work, jobs = tmp_path / "work", tmp_path / "jobs"
+    work.mkdir()
+    (work / "where.py").write_text("import os\nprint('cwd=' + os.getcwd(), flush=True)\n")
+    proc = _cli(
+        [
+            *("run", "-s", "slurm", "--wait", "--log", "-cfg", f"job_dir={jobs}"),
+            *("dist.ddp", "-j", "1x1", "--script", "where.py"),
+        ],
+        env=env,
+        cwd=work,
+        timeout=600,  # the shared cluster may be busy with other jobs
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"cwd={work}" in proc.stdout, proc.stdout
+    assert list(jobs.glob("*.sbatch")), list(jobs.iterdir())
+    (folder,) = [p for p in jobs.iterdir() if p.is_dir()]
+    assert f"cwd={work}" in (folder / "where-0.log").read_text()
