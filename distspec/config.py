@@ -50,9 +50,52 @@ if TYPE_CHECKING:
 __all__ = ["CONFIG_FILE", "Config", "Layer", "Setting", "load_config"]
 
 CONFIG_FILE = ".distspecconfig"
+#: The largest config file distspec reads: a config is a few KiB; a path that names
+#: a log, an image or a device by mistake is refused rather than read.
+MAX_CONFIG_BYTES = 1 << 20
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _GENERAL_KEYS = ("scheduler", "session", "state_dir", "log_level")
 _ENV_GENERAL = {f"DISTSPEC_{k.upper()}": k for k in _GENERAL_KEYS}
+
+#: Every ``DISTSPEC_*`` variable distspec reads or sets, apart from the
+#: ``DISTSPEC_<SCHEDULER>_<OPTION>`` family (checked against the scheduler's
+#: options): the settings, the ``.torchxconfig`` switch, and what a job's processes
+#: are given (a ``distspec`` command run inside a job sees those). A variable
+#: that is none of these but close to one of them (``DISTSPEC_SCHEDULAR``) is a
+#: ConfigError with a did-you-mean; tests/test_config.py checks this list against
+#: every ``DISTSPEC_`` name in the code.
+ENV_VARIABLES = (
+    *_ENV_GENERAL,
+    "DISTSPEC_TORCHXCONFIG",
+    # Set in the job (schedulers/, runtime/, components/):
+    "DISTSPEC_APP_ID",
+    "DISTSPEC_ROLE_NAME",
+    "DISTSPEC_REPLICA_ID",
+    "DISTSPEC_RANK0_HOST",
+    "DISTSPEC_WORKDIR",
+    "DISTSPEC_JOB_DIR",
+    "DISTSPEC_TASK",
+    "DISTSPEC_DEGREES",
+    "DISTSPEC_LAUNCHER",
+)
+#: Read by the test suite and scripts/ only, never by distspec; never flagged.
+DEV_VARIABLES = (
+    "DISTSPEC_TEST_NO_CLUSTERS",
+    "DISTSPEC_TEST_SLOW_IMPORT",
+    "DISTSPEC_TEST_MARK",
+    "DISTSPEC_TEST_THIRDPARTY",
+    "DISTSPEC_K8S_CACHE",
+    "DISTSPEC_K8S_STATE",
+    "DISTSPEC_K8S_API_PORT",
+    "DISTSPEC_K8S_ETCD_PORT",
+    "DISTSPEC_K8S_BUILD_LOG",
+    "DISTSPEC_K8S_CRDS",
+    "DISTSPEC_SLURM_CLUSTER",
+    "DISTSPEC_SLURM_STATE",
+    "DISTSPEC_SLURM_UP_TIMEOUT",
+)
+#: The built-in schedulers, whose DISTSPEC_<NAME>_* variables are run options.
+_SCHEDULERS = ("local_cwd", "slurm", "pbs", "kubernetes")
 
 
 @frozen
@@ -119,14 +162,12 @@ class Config:
     @property
     def state_dir(self) -> str:
         """Where backends keep their records: ``state_dir``, else
-        ``$XDG_STATE_HOME/distspec``, else ``~/.local/state/distspec``."""
+        ``$XDG_STATE_HOME/distspec``, else ``~/.local/state/distspec``. A relative
+        ``$XDG_STATE_HOME`` is ignored, as the XDG Base Directory spec says."""
         explicit = self.general("state_dir", "")
         if explicit:
             return os.path.expanduser(explicit)
-        base = self.env.get("XDG_STATE_HOME") or os.path.join(
-            self.env.get("HOME") or os.path.expanduser("~"), ".local", "state"
-        )
-        return os.path.join(base, "distspec")
+        return os.path.join(xdg_dir(self.env, "XDG_STATE_HOME", ".local/state"), "distspec")
 
     def scheduler_layers(self, scheduler: str) -> list[tuple[str, Mapping[str, Any]]]:
         """(source, options) for ``scheduler``, lowest precedence first."""
@@ -206,8 +247,19 @@ class Config:
         return out
 
     def _env_scheds(self) -> set[str]:
-        known = ("local_cwd", "slurm", "pbs", "kubernetes")
-        return {n for n in known if any(k.startswith(f"DISTSPEC_{n.upper()}_") for k in self.env)}
+        return {
+            n for n in _SCHEDULERS if any(k.startswith(f"DISTSPEC_{n.upper()}_") for k in self.env)
+        }
+
+
+def xdg_dir(env: Mapping[str, str], name: str, default: str) -> str:
+    """``$name`` (an XDG base directory variable), or ``$HOME/<default>`` when it is
+    unset, empty or relative: the XDG Base Directory spec says a relative path
+    there is invalid and must be ignored."""
+    value = env.get(name) or ""
+    if os.path.isabs(value):
+        return value
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), default)
 
 
 def load_config(
@@ -224,14 +276,17 @@ def load_config(
     # A TorchX user's .torchxconfig is the lowest layer; its reader (config_torchx.py)
     # is imported only when there is one to read.
     torchx = bool(env.get("TORCHXCONFIG")) or any(
-        os.path.isfile(os.path.join(d, ".torchxconfig")) for d in (folder, home)
+        os.path.exists(os.path.join(d, ".torchxconfig")) for d in (folder, home)
     )
     if torchx:
         from distspec.config_torchx import read_layers, torchx_files
 
         layers += read_layers(torchx_files(folder, str(home), env))
+    # Found with exists(), not isfile(): a config path that is there but is not a
+    # regular file (a FIFO, a directory, a link to /dev/zero) is an error that
+    # read_text() names, not a file silently skipped.
     user = os.path.join(home, CONFIG_FILE)
-    if os.path.isfile(user):
+    if os.path.exists(user):
         layers.append(_read_ini(user))
     project_ini, pyproject = _find_project_files(folder, user)
     if pyproject is not None:
@@ -240,6 +295,7 @@ def load_config(
             layers.append(layer)
     if project_ini is not None:
         layers.append(_read_ini(project_ini))
+    _check_env_names(env)
     layers.append(_read_env(env))
     config = Config(layers=tuple(layers), env=env)
     if torchx:
@@ -257,11 +313,11 @@ def _find_project_files(folder: str, user: str) -> tuple[str | None, str | None]
     while True:
         if ini is None:
             path = os.path.join(folder, CONFIG_FILE)
-            if os.path.isfile(path) and not _same_file(path, user):
+            if os.path.exists(path) and not _same_file(path, user):
                 ini = path
         if pyproject is None:
             path = os.path.join(folder, "pyproject.toml")
-            if os.path.isfile(path):
+            if os.path.exists(path):
                 pyproject = path
         parent = os.path.dirname(folder)
         if (ini is not None and pyproject is not None) or parent == folder:
@@ -354,13 +410,7 @@ def _read_ini(path: str) -> Layer:
     # INI dialects allow; configparser needs to be told.
     parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";", "#"))
     parser.optionxform = str  # type: ignore[assignment,method-assign]
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError(f"cannot read it: {e.strerror or e}", source=str(path)) from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(_not_utf8(e), source=str(path)) from None
+    text = read_text(path)
     try:
         parser.read_string(text, source=str(path))
     except configparser.Error as e:
@@ -373,22 +423,32 @@ def _read_ini(path: str) -> Layer:
     general: dict[str, str] = {}
     schedulers: dict[str, dict[str, Any]] = {}
     components: dict[str, dict[str, Any]] = {}
+
+    def header(section: str) -> str:
+        line = next(
+            (i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == f"[{section}]"),
+            None,
+        )
+        return f"{path}:{line}" if line else str(path)
+
     for section in parser.sections():
         values = dict(parser.items(section))
+        kind, _, name = section.partition(":")
         if section == "distspec":
             general = values
-        elif section.startswith("scheduler:"):
-            schedulers[section.partition(":")[2].strip()] = values
-        elif section.startswith("component:"):
-            components[section.partition(":")[2].strip()] = values
-        else:
-            header = next(
-                (i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == f"[{section}]"),
-                None,
+        elif kind in ("scheduler", "component") and not name.strip():
+            raise ConfigError(
+                f"section [{section}] names no {kind}; write [{kind}:NAME]",
+                source=header(section),
             )
+        elif kind == "scheduler":
+            schedulers[name.strip()] = values
+        elif kind == "component":
+            components[name.strip()] = values
+        else:
             raise ConfigError(
                 f"unknown section [{section}]; use [distspec], [scheduler:NAME] or [component:NAME]",
-                source=f"{path}:{header}" if header else str(path),
+                source=header(section),
             )
     return Layer(
         source=str(path),
@@ -403,14 +463,72 @@ def _not_utf8(e: UnicodeDecodeError) -> str:
     return f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
 
 
-def _read_pyproject(path: str) -> Layer | None:
+def read_text(path: str) -> str:
+    """The text of the config file ``path``, or a ConfigError (one line) naming it.
+
+    Never blocks and never reads without bound: the file is opened ``O_NONBLOCK``
+    (a FIFO does not wait for a writer), checked with ``fstat`` to be a regular
+    file (not a directory, FIFO, socket or device such as ``/dev/zero``) of at most
+    :data:`MAX_CONFIG_BYTES`, and read up to that size; it must be UTF-8.
+    """
+    import stat
+
+    def not_regular(mode: int) -> ConfigError:
+        kind = next(
+            (
+                name
+                for test, name in (
+                    (stat.S_ISDIR, "a directory"),
+                    (stat.S_ISFIFO, "a FIFO"),
+                    (stat.S_ISSOCK, "a socket"),
+                    (stat.S_ISCHR, "a character device"),
+                    (stat.S_ISBLK, "a block device"),
+                )
+                if test(mode)
+            ),
+            "something else",
+        )
+        return ConfigError(f"is {kind}, not a regular file; a config must be a file", source=path)
+
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        try:
+            mode = os.stat(path).st_mode  # a socket cannot be opened at all (ENXIO)
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise not_regular(mode) from None
+        raise ConfigError(f"cannot read it: {e.strerror or e}", source=str(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(mode)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except OSError as e:
         raise ConfigError(f"cannot read it: {e.strerror or e}", source=str(path)) from None
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config file is a few lines",
+            source=str(path),
+        )
+    try:
+        return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(_not_utf8(e), source=str(path)) from None
+
+
+def _read_pyproject(path: str) -> Layer | None:
+    text = read_text(path)
     if "distspec" not in text:
         # No [tool.distspec] can be in a file that never says "distspec"; most
         # projects' pyproject.toml don't, and parsing TOML costs ~9 ms of start-up.
@@ -440,20 +558,29 @@ def _read_pyproject(path: str) -> Layer | None:
     general = {k: str(v) for k, v in section.items() if k not in ("schedulers", "components")}
     if not isinstance(schedulers, dict) or not isinstance(components, dict):
         raise ConfigError("schedulers.* and components.* must be tables", source=source)
+    lines = _toml_lines(text)
     for plural, group in (("schedulers", schedulers), ("components", components)):
         for name, values in group.items():
+            if not name.strip():
+                raise ConfigError(f'{plural}."{name}" names no {plural[:-1]}', source=source)
             if not isinstance(values, dict):
                 raise ConfigError(
                     f"{plural}.{name} must be a table, not {type(values).__name__}",
                     source=source,
                 )
+            for key, value in values.items():
+                if _not_finite(value):
+                    at = lines.get(f"{plural[:-1]}:{name} {key}")
+                    raise ConfigError(
+                        f"{plural}.{name}.{key} = {value}: not a finite number",
+                        source=f"{path}:{at}" if at else source,
+                    )
     for key, value in section.items():
         if key not in ("schedulers", "components") and isinstance(value, (dict, list)):
             raise ConfigError(
                 f"{key} must be a string, not a {'table' if isinstance(value, dict) else 'list'}",
                 source=source,
             )
-    lines = _toml_lines(text)
     return Layer(
         source=source,
         general=_check_general(general, source, lines),
@@ -461,6 +588,43 @@ def _read_pyproject(path: str) -> Layer | None:
         components=components,
         lines=lines,
     )
+
+
+def _not_finite(value: Any) -> bool:
+    """A TOML ``nan`` or ``inf`` (also inside a list): never a valid option value."""
+    if isinstance(value, float):
+        import math
+
+        return not math.isfinite(value)
+    if isinstance(value, list):
+        return any(_not_finite(v) for v in value)
+    return False
+
+
+def _check_env_names(env: Mapping[str, str]) -> None:
+    """Refuse a ``DISTSPEC_*`` variable that is none of distspec's but looks like a
+    misspelt one (``DISTSPEC_SCHEDULAR``): it would be ignored without a word. Names
+    of the ``DISTSPEC_<SCHEDULER>_<OPTION>`` family are checked with the scheduler's
+    options; anything not close to a known name (a plugin's, the user's own) is left
+    alone. The value is never shown."""
+    known = (*ENV_VARIABLES, *DEV_VARIABLES)
+    families = tuple(f"DISTSPEC_{n.upper()}_" for n in _SCHEDULERS)
+    for name in env:
+        if not name.startswith("DISTSPEC_") or name in known or name.startswith(families):
+            continue
+        import difflib
+
+        suffix = name[len("DISTSPEC_") :]
+        close = difflib.get_close_matches(
+            suffix, [k[len("DISTSPEC_") :] for k in ENV_VARIABLES], n=1, cutoff=0.8
+        )
+        if close:
+            from distspec._text import quote
+
+            raise ConfigError(
+                f"{quote(name)[1:-1]} is not a distspec variable (did you mean "
+                f"DISTSPEC_{close[0]}?); rename or unset it"
+            )
 
 
 def _read_env(env: Mapping[str, str]) -> Layer:

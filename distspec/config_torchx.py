@@ -86,7 +86,8 @@ def torchx_files(cwd: str, home: str, env: Mapping[str, str]) -> list[str]:
     found = [os.path.join(cwd, FILE_NAME), os.path.join(home, FILE_NAME)]
     out: list[str] = []
     for path in found:
-        if os.path.isfile(path) and not any(_same(path, p) for p in out):
+        # exists(), not isfile(): one that is not a regular file is refused when read.
+        if os.path.exists(path) and not any(_same(path, p) for p in out):
             out.append(path)
     return out
 
@@ -112,8 +113,13 @@ def _read(path: str) -> Layer:
 
     parser = configparser.ConfigParser(interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
+    from distspec.config import read_text
+
+    # read_text, not parser.read: that skips a file it cannot open without a word,
+    # waits on a FIFO and raises UnicodeDecodeError on a file that is not UTF-8.
+    text = read_text(path)
     try:
-        parser.read(path, encoding="utf-8")
+        parser.read_string(text, source=path)
     except configparser.Error as e:
         raise ConfigError(str(e).splitlines()[0], source=path) from None
     general: dict[str, str] = {}

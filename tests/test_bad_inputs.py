@@ -18,6 +18,7 @@ directory first. The classes are summarised in docs/reliability.md ("Bad input")
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,40 @@ FILES: dict[str, tuple[str, bytes]] = {
     ),
     "syntax_error": ("syn.py", b"def f(:\n    pass\n"),
     "existing_file": ("taken", b"not a directory\n"),
+    "toml_nan_option": (
+        "pyproject.toml",
+        b"[tool.distspec.schedulers.local_cwd]\ngrace_period = nan\n",
+    ),
+    "toml_inf_option": (
+        "pyproject.toml",
+        b"[tool.distspec.schedulers.local_cwd]\ngrace_period = -inf\n",
+    ),
+    "toml_nan_component_default": (
+        "pyproject.toml",
+        b'[tool.distspec.components."floaty.py:f"]\nlr = nan\n',
+    ),
+    "toml_empty_component_name": (
+        "pyproject.toml",
+        b'[tool.distspec.components.""]\nj = "1x1"\n',
+    ),
+    "ini_empty_component_section": (".distspecconfig", b"[component:]\nj = 1x1\n"),
+    "ini_empty_scheduler_section": (".distspecconfig", b"[scheduler: ]\npartition = x\n"),
+    "ini_component_env_secret_bad_key": (
+        ".distspecconfig",
+        f"[component:dist.ddp]\nenv = 1BAD={SECRET}\n".encode(),
+    ),
+    "ini_component_env_secret_no_key": (
+        ".distspecconfig",
+        f"[component:dist.ddp]\nenv = {SECRET}\n".encode(),
+    ),
+}
+#: Config paths that exist but are not regular files (made by _prepare): a FIFO, a
+#: directory, a link to a device. Each is one line, never a hang.
+SPECIAL = {
+    "fifo:.distspecconfig": ".distspecconfig",
+    "dir:pyproject.toml": "pyproject.toml",
+    "link:.distspecconfig=/dev/zero": ".distspecconfig",
+    "dir:.distspecconfig": ".distspecconfig",
 }
 
 DDP = ["dist.ddp", "-j", "1x1", "--script", "train.py"]
@@ -225,6 +260,22 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         None,
         "contradicts",
     )
+    for flag, value in (
+        ("--rank", "-1"),
+        ("--replica", "-1"),
+        ("--tail", "99999999999999999999"),
+        ("--rank", "99999999999999999999"),
+        ("--replica", "2147483648"),
+    ):
+        yield f"log{flag}={value}", ["log", "local_cwd://s/x", f"{flag}={value}"], None, flag
+    yield (
+        "log-which-huge-replica",
+        ["log", "local_cwd://s/x", "r/99999999999999999999"],
+        None,
+        "REPLICA",
+    )
+    for value in ("-1", "-99999999999999999999", "99999999999999999999"):
+        yield f"resources-gpus={value}", ["resources", f"--gpus={value}"], None, "--gpus"
     yield "log-bad-regex", ["log", "local_cwd://s/x", "--regex", "("], None, "--regex"
     yield "log-bad-since", ["log", "local_cwd://s/x", "--since", "yesterday"], None, "--since"
     # -- config sources -----------------------------------------------------------
@@ -240,10 +291,35 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         "ini_bad_line",
         "ini_unknown_key",
         "ini_bad_option",
+        "toml_nan_option",
+        "toml_inf_option",
+        "toml_empty_component_name",
+        "ini_empty_component_section",
+        "ini_empty_scheduler_section",
     ):
         yield f"config-{key}-run", ["run", "--dryrun", *DDP], key, FILES[key][0]
         if key != "ini_bad_option":  # `config` shows values; `run` validates them
             yield f"config-{key}-config", ["config"], key, FILES[key][0]
+    yield (
+        "config-toml_nan_component_default",
+        ["run", "--dryrun", "floaty.py:f"],
+        "toml_nan_component_default",
+        "finite",
+    )
+    # -- config files that are not regular files ------------------------------------
+    for key, name in SPECIAL.items():
+        yield f"config-{key}-run", ["run", "--dryrun", *DDP], key, "not a regular file"
+        yield f"config-{key}-config", ["config"], key, name
+    # -- misspelt DISTSPEC_* variables ----------------------------------------------
+    for env, text in (
+        ("DISTSPEC_SCHEDULAR=slurm", "did you mean DISTSPEC_SCHEDULER?"),
+        ("DISTSPEC_SESION=s", "did you mean DISTSPEC_SESSION?"),
+        ("DISTSPEC_STATEDIR=/x", "did you mean DISTSPEC_STATE_DIR?"),
+        ("DISTSPEC_LOGLEVEL=DEBUG", "did you mean DISTSPEC_LOG_LEVEL?"),
+        (f"DISTSPEC_TORCHX_CONFIG={SECRET}", "did you mean DISTSPEC_TORCHXCONFIG?"),
+    ):
+        yield f"env-misspelt-{env.partition('=')[0]}", ["run", "--dryrun", *DDP], f"env:{env}", text
+        yield f"env-misspelt-{env.partition('=')[0]}-config", ["config"], f"env:{env}", text
     for env, text in (
         ("DISTSPEC_LOCAL_CWD_GRACE_PERIOD=nan", "grace_period"),
         ("DISTSPEC_LOCAL_CWD_GRACE_PERIOD=-1", "grace_period"),
@@ -322,12 +398,36 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         "type=weird,src=/d",
         "dst=/d",
         "type=bind,src=/d,colour=red",
+        # flags that are not exactly a known value: refused, never read-write
+        "type=bind,src=/d,dst=/d,readonly=maybe",
+        "type=bind,src=/d,dst=/d,readonly=",
+        "type=volume,src=pvc,dst=/d,readonly=ro",
+        "type=bind,src=/d,dst=/d,readonly,readonly=false",
+        "type=bind,src=/d,dst=/d,perm=r",
+        "type=device,src=/dev/fuse,readonly",
+        "type=bind,src=/d,dst=/d,dst=/e",
+        # paths the API server or the kubelet refuses
+        "type=bind,src=/d,dst=/a/../b",
+        "type=bind,src=rel,dst=/d",
+        "type=bind,src=/a/../etc,dst=/d",
+        "type=bind,src=/a,dst=/d,type=volume,src=pvc,dst=/d",
+        "type=bind,src=/a,dst=/d,type=bind,src=/b,dst=/d/",
+        "type=bind,src=/a,dst=/dev/shm",
+        "type=volume,src=emptyDir:lots,dst=/scratch",
+        "type=volume,src=emptyDir:-5Gi,dst=/scratch",
     ):
         yield (
             f"mount-{mount}",
             ["run", "--dryrun", "-s", "kubernetes", *K8S, "--mounts", mount],
             None,
             "mount",
+        )
+    for perm in ("rwx", ""):
+        yield (
+            f"mount-device-perm={perm}",
+            ["run", "--dryrun", *DDP, "--mounts", f"type=device,src=/dev/fuse,perm={perm}"],
+            None,
+            "permissions",
         )
     # -- Kubernetes names and values, checked at compile time -----------------------
     for cfg, text in (
@@ -415,6 +515,33 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         f"secret_env=1BAD={SECRET}",
     ):
         yield f"secret-{cfg[:24]}", _k8s(cfg), None, "secret_env"
+    for env in (f"HF_TOKEN={SECRET}", f"HF_TOKEN={SECRET},B=1"):
+        for comp in (["utils.echo"], ["utils.echo", "--msg", "hi"]):
+            yield (
+                f"secret-env-on-{'-'.join(comp)}-{env[:12]}",
+                ["run", "--dryrun", *comp, "--env", env],
+                None,
+                "--env",
+            )
+    yield (
+        "secret-env=-on-echo",
+        ["run", "--dryrun", "utils.echo", f"--env={SECRET}"],
+        None,
+        "--env",
+    )
+    for env in (f"={SECRET}", SECRET, f"1BAD={SECRET}", f"A-B={SECRET}"):
+        yield f"secret-bad-env-{env[:8]}", ["run", "--dryrun", *DDP, "--env", env], None, "env"
+    for key in ("ini_component_env_secret_bad_key", "ini_component_env_secret_no_key"):
+        yield f"secret-{key}", ["run", "--dryrun", *DDP[:-2], "--script", "t.py"], key, "env"
+    # -- control characters and bidi overrides: escaped, never printed raw ---------------
+    for bad in ("\x1b[31mred", "a\u202eexe.txt", "x\ry", "\u2066iso\u2069", "\u200fm"):
+        yield f"ctrl-verb-{bad!r}", ["run", "--dryrun", f"--{bad}", *DDP], None, "error"
+        yield f"ctrl-component-{bad!r}", ["run", "--dryrun", f"{bad}.py:f"], None, "error"
+        yield f"ctrl-flag-{bad!r}", ["run", "--dryrun", *DDP, f"--{bad}"], None, "error"
+        yield f"ctrl-s-{bad!r}", ["run", "--dryrun", "-s", bad, *DDP], None, "scheduler"
+        yield f"ctrl-cfg-{bad!r}", ["run", "--dryrun", "-cfg", f"{bad}=1", *DDP], None, "error"
+        yield f"ctrl-handle-{bad!r}", ["status", f"local_cwd://s/{bad}"], None, "error"
+        yield f"ctrl-mount-{bad!r}", ["run", "--dryrun", *K8S, "--mounts", bad], None, "mount"
     yield (
         "secret-and-env",
         _k8s("secret_env=HF_TOKEN=s:k", "--env", "HF_TOKEN=x"),
@@ -437,6 +564,11 @@ def _with_submits() -> Iterator[tuple[str, list[str], str | None, str]]:
 
 
 CASES = list(_with_submits())
+
+
+#: What may never reach a terminal raw: control characters (but the line's own end)
+#: and the bidi overrides and marks.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _ids() -> list[str]:
@@ -489,6 +621,15 @@ def _prepare(tmp_path: Path, key: str | None, monkeypatch: pytest.MonkeyPatch) -
     if key is not None and key.startswith("env:"):
         name, _, value = key[4:].partition("=")
         monkeypatch.setenv(name, value)
+    elif key in SPECIAL:
+        kind, _, rest = key.partition(":")
+        name, _, target = rest.partition("=")
+        if kind == "fifo":
+            os.mkfifo(cwd / name)
+        elif kind == "dir":
+            (cwd / name).mkdir()
+        else:
+            (cwd / name).symlink_to(target)
     elif key is not None:
         name, data = FILES[key]
         (cwd / name).write_bytes(data)
@@ -497,7 +638,7 @@ def _prepare(tmp_path: Path, key: str | None, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_corpus_is_large_enough() -> None:
-    assert len(CASES) >= 150, len(CASES)
+    assert len(CASES) >= 400, len(CASES)
 
 
 @pytest.mark.parametrize(("name", "argv", "files", "text"), CASES, ids=_ids())
@@ -529,6 +670,7 @@ def test_bad_input(
     assert "Traceback" not in err
     assert text in lines[0], (text, err)
     assert SECRET not in err and SECRET not in out
+    assert not _UNSAFE.search(err.rstrip("\n")), err  # control characters come escaped
     assert out == ""
     assert _listing(state_dir) == before, "something was written to the state dir"
     assert _listing(cwd) == files_before, "something was written to the working directory"

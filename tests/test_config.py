@@ -192,3 +192,46 @@ def test_settings_say_where_each_value_came_from(tree: tuple[Path, Path]) -> Non
     assert got[("distspec", "log_level")] == ("WARNING", "default")
     assert got[("scheduler:slurm", "partition")] == ("env", "DISTSPEC_SLURM_PARTITION")
     assert got[("scheduler:slurm", "qos")] == ("q", f"{user}:3")
+
+
+def test_every_distspec_variable_in_the_code_is_known() -> None:
+    """The names config.ENV_VARIABLES / DEV_VARIABLES list (never flagged as misspelt)
+    are every DISTSPEC_* name the package, its scripts, tests and docs use, apart
+    from the DISTSPEC_<SCHEDULER>_<OPTION> family."""
+    from distspec.config import _SCHEDULERS, DEV_VARIABLES, ENV_VARIABLES
+
+    root = Path(__file__).resolve().parent.parent
+    files = [
+        p
+        for top in ("distspec", "scripts", "tests", "docs")
+        for p in (root / top).rglob("*")
+        if p.is_file() and p.suffix in ("", ".py", ".md", ".sh", ".toml", ".yaml")
+    ]
+    used: set[str] = set()
+    for path in files:
+        used |= set(re.findall(r"\bDISTSPEC_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(errors="ignore")))
+    families = tuple(f"DISTSPEC_{n.upper()}_" for n in _SCHEDULERS)
+    # A Python constant in scripts/bench_callables, and names tests use on purpose
+    # to show that an unknown or misspelt variable is refused.
+    not_variables = {"DISTSPEC_CASE"}
+    misspelt_on_purpose = {n for n in used if n.startswith("DISTSPEC_") and _is_typo_example(n)}
+    unknown = used - set(ENV_VARIABLES) - set(DEV_VARIABLES) - not_variables - misspelt_on_purpose
+    assert sorted(n for n in unknown if not n.startswith(families)) == []
+
+
+def _is_typo_example(name: str) -> bool:
+    return name in {
+        "DISTSPEC_SCHEDULAR",
+        "DISTSPEC_SCHEDULERS",
+        "DISTSPEC_SHEDULER",
+        "DISTSPEC_SESION",
+        "DISTSPEC_SESSIONS",
+        "DISTSPEC_STATEDIR",
+        "DISTSPEC_STATE_DIRS",
+        "DISTSPEC_LOGLEVEL",
+        "DISTSPEC_LOG_LEVL",
+        "DISTSPEC_TORCHX_CONFIG",
+        "DISTSPEC_MYPLUGIN_QUEUE",
+        "DISTSPEC_X",
+        "DISTSPEC_JOB",
+    }

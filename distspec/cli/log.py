@@ -8,6 +8,9 @@ import argparse
 import re
 import sys
 
+#: The largest --tail, --rank and --replica accepted (2^31 - 1).
+_MAX_COUNT = 2**31 - 1
+
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     from distspec.cli._shared import add_handle
@@ -71,6 +74,11 @@ def main(args: argparse.Namespace) -> int:
     from distspec.cli._shared import make_runner
     from distspec.errors import UsageError
 
+    # Negative numbers are refused, not read as "none" or counted from the end; the
+    # ceiling keeps an absurd count (10^30) from reaching a C-sized buffer.
+    for flag, value in (("--tail", args.tail), ("--rank", args.rank), ("--replica", args.replica)):
+        if value is not None and not 0 <= value <= _MAX_COUNT:
+            raise UsageError(f"{flag} must be in 0..{_MAX_COUNT}, got {value}")
     role = replica = None
     if args.which:
         role, _, rep = args.which.partition("/")
@@ -78,12 +86,12 @@ def main(args: argparse.Namespace) -> int:
             if not (rep.isascii() and rep.isdigit()):  # "²".isdigit() is True
                 raise UsageError(f"replica must be a number in ROLE/REPLICA, got {args.which!r}")
             replica = int(rep)
+            if replica > _MAX_COUNT:
+                raise UsageError(f"replica in ROLE/REPLICA must be at most {_MAX_COUNT}")
     if args.replica is not None:
         if replica is not None and replica != args.replica:
             raise UsageError(f"--replica {args.replica} contradicts {args.which}")
         replica = args.replica
-    if args.tail is not None and args.tail < 0:
-        raise UsageError(f"--tail must be >= 0, got {args.tail}")
     if args.regex:
         try:
             re.compile(args.regex)

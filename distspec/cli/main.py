@@ -58,7 +58,10 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        from distspec._text import escape
+
+        # argparse quotes what it was given unescaped ("unrecognized arguments: ...").
+        self.exit(2, f"{self.prog}: error: {escape(message)} (see --help)\n")
 
 
 def _verb(argv: Sequence[str]) -> str | None:
@@ -114,14 +117,20 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 def _one_line(error: Exception, verbose: int) -> str:
     """The error's first line; the rest (a multi-line ImportError from a component,
-    a scheduler's stderr) only with ``-v``, so that a mistake costs one line."""
+    a scheduler's stderr) only with ``-v``, so that a mistake costs one line.
+
+    Control characters and bidi overrides are escaped (:func:`distspec._text.escape`),
+    whatever part of the message they came from: a backstop for a value that reached
+    the message unquoted."""
+    from distspec._text import escape
+
     text = str(error).strip("\n")
     first, sep, rest = text.partition("\n")
     if not sep:
-        return text
+        return escape(text)
     if verbose:
-        return text
-    return f"{first} (-v shows {rest.count(chr(10)) + 1} more lines)"
+        return escape(text, keep="\n")
+    return f"{escape(first)} (-v shows {rest.count(chr(10)) + 1} more lines)"
 
 
 def _nonempty(text: str) -> str:
@@ -196,8 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the machine's state, not a bug: one line, exit 1. -v shows the traceback.
         if args.verbose:
             raise
+        from distspec._text import escape
+
         where = f"{e.filename}: " if e.filename else ""
-        print(f"distspec {args.verb}: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"distspec {args.verb}: {escape(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return 1
 
 

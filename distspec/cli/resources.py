@@ -26,8 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from distspec.cli._shared import print_json
+    from distspec.errors import UsageError
     from distspec.specs.resources import NamedResources, ResourceInfo
 
+    if args.gpus is not None and not 0 <= args.gpus <= 2**31 - 1:
+        raise UsageError(f"--gpus must be in 0..{2**31 - 1}, got {args.gpus}")
     named = NamedResources()
     if args.names:
         rows = [ResourceInfo(n, _origin(n), named.get(n)) for n in args.names]

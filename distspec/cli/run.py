@@ -187,9 +187,20 @@ def write_request(request: Any, output: str, *, job_dir: str | None = None) -> l
     from pathlib import Path
 
     directory = Path(output)
-    paths: list[Any] = request.write(directory)
-    # Request.write's own submit.sh submits from DIR; replace it. An argument that
-    # names one of the written files (or "." for DIR itself) is made absolute.
+    # Private, as a real job's folder is: the files hold the job's --env values. DIR
+    # is created 0700 (a DIR that exists keeps its mode: it may be shared on
+    # purpose); each file is created 0600 (0700 for scripts) before a byte of it is
+    # written, also when it existed with a wider mode.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    paths: list[Any] = []
+    for name, text in request.files.items():
+        path = directory / name
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_private(path, text, executable=text.startswith("#!"))
+        paths.append(path)
+    # Unlike Request.write's own submit.sh, this one submits from the directory the
+    # dry run ran in. An argument that names one of the written files (or "." for
+    # DIR itself) is made absolute.
     names = set(request.files)
     words = []
     for arg in request.argv:
@@ -200,7 +211,8 @@ def write_request(request: Any, output: str, *, job_dir: str | None = None) -> l
         else:
             words.append(shlex.quote(arg))
     script = directory / "submit.sh"
-    script.write_text(
+    _write_private(
+        script,
         "#!/usr/bin/env bash\n"
         f"# Submits the {request.scheduler} request in this folder by hand, from the directory\n"
         "# `distspec run --dryrun` ran in, so that the job finds its relative paths.\n"
@@ -209,10 +221,19 @@ def write_request(request: Any, output: str, *, job_dir: str | None = None) -> l
         + (f"mkdir -p {shlex.quote(job_dir)}\n" if job_dir else "")
         + f"cd {shlex.quote(os.getcwd())}\n"
         + " ".join(words)
-        + "\n"
+        + "\n",
+        executable=True,
     )
-    os.chmod(script, 0o755)
-    return paths
+    return [*paths, script]
+
+
+def _write_private(path: Any, text: str, *, executable: bool) -> None:
+    """Write ``text`` to ``path`` for its owner alone: 0600, or 0700 with ``executable``."""
+    mode = 0o700 if executable else 0o600
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), mode)
+        f.write(text)
 
 
 class _Terminated:

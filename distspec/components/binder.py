@@ -321,8 +321,18 @@ def parse_dict(text: str) -> dict[str, str]:
     for raw in _split(text, pairs=True):
         eq = _find_unescaped(raw, "=")
         key = _unescape(raw[:eq]).strip() if eq >= 0 else ""
-        if eq < 0 or not key:
-            raise ValueError(f"expected KEY=VALUE[,KEY=VALUE...], got {raw!r}")
+        # The entry is not quoted: a mapping's values (--env HF_TOKEN=...) may be
+        # secrets, and an entry without '=' may be the value alone.
+        if eq < 0:
+            raise ValueError(
+                "expected KEY=VALUE[,KEY=VALUE...], got an entry without '=' "
+                "(not shown: it may be a value)"
+            )
+        if not key:
+            raise ValueError(
+                "expected KEY=VALUE[,KEY=VALUE...], got an entry with an empty KEY "
+                "(its value is not shown)"
+            )
         out[key] = _unescape(raw[eq + 1 :])
     return out
 
@@ -520,27 +530,56 @@ class _Parser(argparse.ArgumentParser):
 
     component_name = ""
 
-    def error(self, message: str) -> NoReturn:
-        hint = ""
-        prefix = "unrecognized arguments: "
-        if message.startswith(prefix):
-            import difflib
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self._unrecognized(list(extra))
+        return ns
 
-            first = message[len(prefix) :].partition(" ")[0].partition("=")[0]
-            flags = {
-                s.lstrip("-"): s
-                for action in self._actions
-                for s in action.option_strings
-                if s not in ("-h", "--help")
-            }
-            # Compared without the dashes, so that '--lr' is not "close" to '--help'.
-            close = difflib.get_close_matches(first.lstrip("-"), list(flags), n=1, cutoff=0.6)
-            takes_args = any(a.nargs == argparse.REMAINDER for a in self._actions)
-            if close:
-                hint = f" (did you mean {flags[close[0]]!r}?)"
-            elif takes_args:
-                hint = f"; put the script's own arguments after --: ... -- {first} ..."
-        raise ComponentError(f"{self.component_name}: {message}{hint}")
+    def _unrecognized(self, extra: list[str]) -> NoReturn:
+        """Name the words that are not this component's, never a value that may be a
+        secret: ``--env HF_TOKEN=hf_...`` on a component without ``--env`` must not
+        print the token. A flag is shown without its ``=VALUE``; a word with ``=`` in
+        it, and every word after an unknown flag (its values, perhaps), is counted,
+        not shown."""
+        import difflib
+
+        from distspec._text import escape
+
+        shown: list[str] = []
+        hidden = 0
+        flags: list[str] = []
+        for word in extra:
+            if word.startswith("-") and len(word) > 1:
+                flags.append(word.partition("=")[0])
+                shown.append(escape(flags[-1]))
+            elif flags or "=" in word:
+                hidden += 1
+            else:
+                shown.append(escape(word))
+        text = " ".join(shown)
+        if hidden:
+            more = f"{hidden} more word{'s' if hidden > 1 else ''} (not shown: may be values)"
+            text = f"{text} and {more}" if text else more
+        hint = ""
+        first = flags[0] if flags else ""
+        own = {
+            s.lstrip("-"): s
+            for action in self._actions
+            for s in action.option_strings
+            if s not in ("-h", "--help")
+        }
+        # Compared without the dashes, so that '--lr' is not "close" to '--help'.
+        close = difflib.get_close_matches(first.lstrip("-"), list(own), n=1, cutoff=0.6)
+        takes_args = any(a.nargs == argparse.REMAINDER for a in self._actions)
+        if first and close:
+            hint = f" (did you mean {own[close[0]]!r}?)"
+        elif first and takes_args:
+            hint = f"; put the script's own arguments after --: ... -- {escape(first)} ..."
+        raise ComponentError(f"{self.component_name}: unrecognized arguments: {text}{hint}")
+
+    def error(self, message: str) -> NoReturn:
+        raise ComponentError(f"{self.component_name}: {message}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise ComponentError(f"{self.component_name}: {message or 'argument error'}".strip())
@@ -699,9 +738,9 @@ def _with_defaults(
         try:
             coerced = p.coerce(value)
         except ValueError as e:
-            raise ComponentError(
-                f"default {key}={value!r} for component {component.name!r}: {e}"
-            ) from None
+            # A mapping's values (env = HF_TOKEN=...) may be secrets: name the key only.
+            shown = f"{key}=..." if p.kind is Kind.DICT else f"{key}={value!r}"
+            raise ComponentError(f"default {shown} for component {component.name!r}: {e}") from None
         out[p.name] = replace(p, default=coerced)
     return list(out.values())
 

@@ -296,12 +296,7 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
                 f"role {role.name!r}: ${{replica_id}} in an env value is not supported with "
                 "flavor=volcano; pass it in the arguments instead"
             )
-        for mount in role.mounts:
-            if isinstance(mount, DeviceMount):
-                fail(
-                    f"role {role.name!r}: device mounts ({mount.src_path}) need a device plugin "
-                    "on Kubernetes; request the device as a resource instead"
-                )
+        _check_mounts(role)
     for name in opts.secret_env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             fail(f"secret_env: {name[:40]!r} is not a valid environment variable name")
@@ -352,6 +347,40 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
 
 def _fail(message: str) -> None:
     raise CompileError(SCHEDULER, message)
+
+
+def _check_mounts(role: Role) -> None:
+    """Mounts the API server or the kubelet would refuse, refused here: a device, a
+    hostPath that is relative or has a '..' in it, two mounts at one path (or one at
+    /dev/shm, where every pod gets its shared memory)."""
+    import posixpath
+
+    from distspec._text import quote
+
+    seen = {"/dev/shm": "the pod's shared memory (shm_size)"}
+    for mount in role.mounts:
+        if isinstance(mount, DeviceMount):
+            _fail(
+                f"role {role.name!r}: device mounts ({quote(mount.src_path)}) need a device "
+                "plugin on Kubernetes; request the device as a resource instead"
+            )
+            continue
+        if isinstance(mount, BindMount) and (
+            not mount.src_path.startswith("/") or ".." in mount.src_path.split("/")
+        ):
+            _fail(
+                f"role {role.name!r}: bind mount src {quote(mount.src_path)} must be an "
+                "absolute path on the node without '..' (a hostPath)"
+            )
+        dst = posixpath.normpath(mount.dst_path)
+        dst = "/" + dst.lstrip("/")  # normpath keeps a leading '//'
+        if dst in seen:
+            _fail(
+                f"role {role.name!r}: two mounts at {quote(dst)} ({seen[dst]} and "
+                f"{quote(mount.src_path if isinstance(mount, BindMount) else mount.src)}); "
+                "each mount needs its own dst"
+            )
+        seen[dst] = quote(mount.src_path if isinstance(mount, BindMount) else mount.src)
 
 
 # The API server's validation rules (k8s.io/apimachinery/pkg/util/validation),

@@ -166,7 +166,13 @@ class Role:
             object.__setattr__(self, name, frozendict(getattr(self, name)))
         for key, value in self.env.items():
             if not isinstance(value, str) or not is_env_name(key):
-                raise SpecError(f"role {self.name!r}: bad env entry {key!r}={value!r}")
+                # The value is never shown: it may be a secret.
+                problem = (
+                    f"{key!r} is not a variable name"
+                    if not is_env_name(key)
+                    else f"the value of {key} is a {type(value).__name__}, not a string"
+                )
+                raise SpecError(f"role {self.name!r}: bad env entry: {problem}")
         if any(not isinstance(a, str) for a in self.args):
             raise SpecError(f"role {self.name!r}: every arg must be a string")
 

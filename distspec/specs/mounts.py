@@ -64,8 +64,14 @@ _KINDS: dict[str, type[BindMount] | type[VolumeMount] | type[DeviceMount]] = {
 
 
 def _require_abs(kind: str, path: str) -> None:
+    from distspec._text import quote
+
     if not path.startswith("/"):
-        raise SpecError(f"{kind} mount destination must be an absolute path, got {path!r}")
+        raise SpecError(f"{kind} mount destination must be an absolute path, got {quote(path)}")
+    if ".." in path.split("/"):
+        # Kubernetes refuses '..' in a hostPath, container runtimes in a mount
+        # point; nowhere is it what was meant.
+        raise SpecError(f"{kind} mount destination {quote(path)} must not contain '..'")
 
 
 def mount_to_dict(mount: Mount) -> dict[str, Any]:
@@ -86,39 +92,67 @@ def mount_from_dict(data: dict[str, Any]) -> Mount:
     return _KINDS[kind](**fields)
 
 
+#: The words ``readonly=`` accepts, and what they mean; anything else is refused
+#: (``readonly=maybe`` must not mount read-write).
+_READONLY = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
 def parse_mounts(specs: list[str]) -> tuple[Mount, ...]:
     """Parse ``type=bind,src=/data,dst=/data[,readonly]`` strings.
 
     Keys: ``type`` (bind, volume, device), ``src``, ``dst`` (defaults to src for
-    bind and device), ``readonly`` (flag) and, for devices, ``perm``.
+    bind and device), ``readonly`` (bind and volume: alone, or ``=true``/``=false``,
+    also ``yes``/``no``/``1``/``0``) and, for devices, ``perm`` (letters of ``rwm``).
+    A key given twice, a flag with any other value, or a key that does not apply
+    to the mount's type is refused.
     """
+    from distspec._text import quote
+
     mounts: list[Mount] = []
     for spec in specs:
-        opts: dict[str, str] = {}
+        opts: dict[str, str | None] = {}
         for part in spec.split(","):
             key, sep, value = part.partition("=")
-            opts[key.strip()] = value.strip() if sep else "true"
-        kind = opts.pop("type", "bind")
-        src = opts.pop("src", "")
+            key = key.strip()
+            if key in opts:
+                raise SpecError(f"mount {quote(spec)}: {key}= is given twice")
+            opts[key] = value.strip() if sep else None
+        kind = opts.pop("type", None) or "bind"
+        src = opts.pop("src", None) or ""
         dst = opts.pop("dst", src)
-        readonly = opts.pop("readonly", "false").lower() in {"true", "1", "yes"}
+        has_flag, has_perm = "readonly" in opts, "perm" in opts
+        flag = opts.pop("readonly", "false")
+        readonly = True if flag is None else _READONLY.get(flag.lower())
+        if readonly is None:
+            raise SpecError(
+                f"mount {quote(spec)}: readonly={quote(flag)} is not one of "
+                "true, false, yes, no, 1, 0 (or readonly alone)"
+            )
         perm = opts.pop("perm", "rwm")
         if opts:
-            raise SpecError(f"unknown mount key(s) {', '.join(sorted(opts))} in {spec!r}")
+            raise SpecError(f"unknown mount key(s) {', '.join(sorted(opts))} in {quote(spec)}")
+        if kind not in _KINDS:
+            raise SpecError(
+                f"unknown mount type {quote(kind)} in {quote(spec)}; use bind, volume or device"
+            )
         if not src:
-            raise SpecError(f"mount {spec!r} needs src=")
-        if kind == "volume" and dst == src and not dst.startswith("/"):
+            raise SpecError(f"mount {quote(spec)} needs src=")
+        if kind == "volume" and dst == src and not src.startswith("/"):
             # dst defaults to src only for bind and device mounts: a volume's src is
             # its name (a PVC), never a path in the container.
-            raise SpecError(f"volume mount {spec!r} needs dst=/PATH (where the volume appears)")
+            raise SpecError(
+                f"volume mount {quote(spec)} needs dst=/PATH (where the volume appears)"
+            )
         if not dst:
-            raise SpecError(f"mount {spec!r}: dst= may not be empty")
+            raise SpecError(f"mount {quote(spec)}: dst= may not be empty")
+        if kind == "device" and has_flag:
+            raise SpecError(f"mount {quote(spec)}: a device mount takes perm=, not readonly")
+        if kind != "device" and has_perm:
+            raise SpecError(f"mount {quote(spec)}: perm= is for device mounts only")
         if kind == "bind":
             mounts.append(BindMount(src_path=src, dst_path=dst, read_only=readonly))
         elif kind == "volume":
             mounts.append(VolumeMount(src=src, dst_path=dst, read_only=readonly))
-        elif kind == "device":
-            mounts.append(DeviceMount(src_path=src, dst_path=dst, permissions=perm))
         else:
-            raise SpecError(f"unknown mount type {kind!r} in {spec!r}; use bind, volume or device")
+            mounts.append(DeviceMount(src_path=src, dst_path=dst, permissions=perm or ""))
     return tuple(mounts)
