@@ -31,6 +31,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_READER_GONE",
     "EXIT_USAGE",
     "AppNotFound",
     "ArgumentError",
@@ -227,6 +228,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 #: Interrupted by Ctrl-C (128 + SIGINT), as a shell reports it.
 EXIT_INTERRUPTED = 130
+#: ``run --wait``: the reader of its output went away (128 + SIGPIPE, as a shell reports it).
+EXIT_READER_GONE = 141
 
 #: Every exit code of the ``distspec`` command, declared once: ``(code, verbs, meaning)``.
 #: ``code`` is a number, or says where the number comes from. docs/reference/exit-codes.md
@@ -252,6 +255,12 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
         str(EXIT_INTERRUPTED),
         "every verb",
         "interrupted by Ctrl-C (a local job followed by run --wait is cancelled first)",
+    ),
+    (
+        str(EXIT_READER_GONE),
+        "run --wait",
+        "the reader of its output went away (`| head`): taken as a Ctrl-C, so a local job "
+        "was cancelled and another one detached from",
     ),
     (
         "the failing replica's code",

@@ -170,7 +170,9 @@ def main(args: argparse.Namespace) -> int:
                 terminated=terminated,
             )
         except ReaderGone:
-            return READER_GONE_EXIT
+            from distspec.errors import EXIT_READER_GONE
+
+            return EXIT_READER_GONE
     if status is None:  # detached
         return 130
     if args.json:
@@ -260,10 +262,6 @@ def _term_as_interrupt() -> Iterator[_Terminated]:
     finally:
         signal.signal(signal.SIGTERM, previous)
 
-
-#: The exit code when the reader of distspec's output went away: 128 + SIGPIPE, what a
-#: shell reports for a writer that a closed pipe ended.
-READER_GONE_EXIT = 141
 
 #: While streaming, how often the wait looks up from the job to see whether the reader
 #: of the output went away (a silent job gives no state change to wake it).

@@ -53,8 +53,11 @@ def _pickler_class() -> type[Any]:
     import cloudpickle
 
     # cloudpickle's reducer for code objects, taken from its public Pickler class
-    # (the function itself is private and has changed between releases).
-    reduce_code = cloudpickle.Pickler.dispatch_table[types.CodeType]
+    # (the function itself is private and has changed between releases). A release
+    # that reduces code objects some other way pickles as cloudpickle does.
+    reduce_code = cloudpickle.Pickler.dispatch_table.get(types.CodeType)
+    if reduce_code is None:
+        return cloudpickle.Pickler  # type: ignore[no-any-return]
 
     def reduce_keeping_filename(
         code: types.CodeType,

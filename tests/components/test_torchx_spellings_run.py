@@ -37,6 +37,7 @@ def distspec(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.torch
 @pytest.mark.usefixtures("state_dir")
 def test_torchx_spellings_reach_a_real_torchrun(tmp_path: Path) -> None:
     (tmp_path / "hello.py").write_text(SCRIPT)

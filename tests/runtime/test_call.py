@@ -100,6 +100,7 @@ def test_kubernetes_job_dir_this_machine_cannot_write_is_refused(state_dir: Path
         )
 
 
+@pytest.mark.torch
 def test_pod_command_with_a_file_url_job_dir(state_dir: Path, tmp_path: Path) -> None:
     url = f"file://{tmp_path}/bucket"
     call = compile_call(
@@ -123,6 +124,7 @@ def test_pod_command_with_a_file_url_job_dir(state_dir: Path, tmp_path: Path) ->
     ]
 
 
+@pytest.mark.torch
 def test_pod_command_raising_writes_the_remote_error(state_dir: Path, tmp_path: Path) -> None:
     call = compile_call(
         fails,
@@ -158,6 +160,7 @@ def _worker(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.torch
 def test_plain_python_runs_an_importable_function_and_prints_its_value() -> None:
     proc = _worker("--fn", "tests.callables_app:join_words", "--", "a", "b", env={})
     assert proc.returncode == 0, proc.stderr[-3000:]
