@@ -9,8 +9,10 @@ on GPUs with nccl; ``distspec.runtime.init()`` finds out where it is::
 
 Every rank draws its own synthetic batches (seeded by rank), gradients are
 averaged by DistributedDataParallel, the loss printed by rank 0 is the mean over
-all ranks and goes down. Rank 0 saves a checkpoint at the end (by default under
-the system temp directory, so running from a source tree leaves no files behind).
+all ranks and goes down. Rank 0 saves a checkpoint at the end, by default into the
+job's folder (``$DISTSPEC_JOB_DIR``: the local run directory, or the Slurm/PBS job
+folder on the file system the nodes share), so it outlives the job and is found
+beside its logs; without one (a plain ``torchrun``) into the working directory.
 
 It needs torch and distspec, and finishes a few hundred steps in about a second on
 two CPU cores, which makes it the script the docs, tests and benchmarks run.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,15 +41,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--checkpoint",
         default=None,
-        help="where rank 0 saves the final model (default: "
-        "$TMPDIR/distspec-examples/<run id>/train_ddp.pt); 'none' saves nothing",
+        help="where rank 0 saves the final model (default: $DISTSPEC_JOB_DIR/train_ddp.pt, "
+        "./train_ddp.pt outside a distspec job); 'none' saves nothing",
     )
     return parser.parse_args(argv)
 
 
 def default_checkpoint() -> Path:
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or f"pid{os.getpid()}"
-    return Path(tempfile.gettempdir()) / "distspec-examples" / run_id / "train_ddp.pt"
+    """``$DISTSPEC_JOB_DIR/train_ddp.pt``, where the job's logs are (a local path; a
+    URL, as Kubernetes may give, is not one torch.save can write), else the working
+    directory: never rank 0's node-local temp directory, which the other nodes, the
+    next attempt and the user cannot see."""
+    job_dir = os.environ.get("DISTSPEC_JOB_DIR", "")
+    if job_dir and "://" not in job_dir:
+        return Path(job_dir) / "train_ddp.pt"
+    return Path("train_ddp.pt")
 
 
 def main(argv: list[str] | None = None) -> int:
