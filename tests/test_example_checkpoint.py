@@ -27,6 +27,7 @@ def _train(cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("job_dir", [True, False])
 def test_checkpoint_goes_to_the_job_folder_else_the_working_directory(
     tmp_path: Path, job_dir: bool

@@ -79,6 +79,7 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "join_timeout" in proc.stderr and "--rdzv_backend c10d" in proc.stderr
 
 
+@pytest.mark.torch
 def test_torch_static_handler_reads_only_these_keys() -> None:
     """If a torch upgrade makes the static handler read more keys, widen the set."""
     from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
