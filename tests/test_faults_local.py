@@ -108,6 +108,10 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
     )
     env = dict(os.environ, DISTSPEC_STATE_DIR=str(state))
     seen: dict[str, Any] = {}
+    if name.startswith("flood_"):
+        return _flood(name, work, state, env)
+    if name == "big_result":
+        return _big_result(work, state, env)
     if name.endswith("_at_submit"):
         if name == "full_at_submit":
             (state / "local_cwd").mkdir(mode=0o700)
@@ -130,6 +134,19 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
     supervisor = first["supervisor"]["pid"]
     from distspec.schedulers.local_supervisor import is_alive
 
+    if name == "cancel_readonly":
+        subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], check=True)
+        try:
+            seen["cancel"] = cli("cancel", handle, cwd=work, env=env).__dict__
+        except subprocess.TimeoutExpired:
+            return _hangs(seen, state, "cancel")
+        seen["survivors"] = marked(app_id)
+        seen["status"] = cli("status", handle, cwd=work, env=env).__dict__
+        seen["tmp"] = leftovers(run)
+        subprocess.run(["umount", str(run)], check=True)
+        subprocess.run(["umount", "-l", str(state)], check=False)
+        return seen
     if name == "readonly":
         subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
         subprocess.run(["mount", "-o", "remount,bind,ro", str(run)], check=True)
@@ -138,6 +155,12 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
         # The supervisor's log is open from before the mount: its retry note gets through.
         until(lambda: "retrying" in (run / "supervisor.log").read_text(), "a failed write")
     elif name == "full":
+        # The space the supervisor set aside records the end at once, disk still full.
+        _fill(state / "filler")
+        (work / "go").touch()
+        until(lambda: not is_alive(supervisor), "the supervisor's exit")
+    elif name == "full_no_reserve":
+        (run / ".reserve").unlink()
         _fill(state / "filler")
         (work / "go").touch()
         until(lambda: not is_alive(command_pid), "the command's end")
@@ -161,6 +184,79 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
     seen["after_state"] = read_state(run).get("state")
     seen["after_tmp"] = leftovers(run)
     seen["survivors"] = marked(app_id)
+    subprocess.run(["umount", "-l", str(state)], check=False)
+    return seen
+
+
+def _hangs(seen: dict[str, Any], state: Path, what: str) -> dict[str, Any]:
+    """A command that hung: kill every run in ``state`` (their supervisors would retry
+    for an hour) and say so."""
+    from distspec.schedulers.local_supervisor import hunt
+
+    for run in (state / "local_cwd").iterdir():
+        hunt(run.name)
+    seen["hung"] = what
+    subprocess.run(["umount", "-l", str(state)], check=False)
+    return seen
+
+
+def _flood(name: str, work: Path, state: Path, env: dict[str, str]) -> dict[str, Any]:
+    """A job whose own output fills the state directory's file system (6 MB printed
+    onto 4 MiB), then says its last words on stderr and exits 0 or 3."""
+    code = 0 if name == "flood_ok" else 3
+    job = (
+        f"import sys\nfor _ in range(60000): print('x' * 99)\n"
+        f"print('the last words', file=sys.stderr)\nsys.exit({code})"
+    )
+    seen: dict[str, Any] = {}
+    try:
+        seen["run"] = cli(
+            "run", "-s", "local_cwd", "--wait", "utils.python", "-c", job, cwd=work, env=env
+        ).__dict__
+    except subprocess.TimeoutExpired:
+        return _hangs(seen, state, "run --wait")
+    (run,) = (state / "local_cwd").iterdir()
+    handle = f"local_cwd://distspec/{run.name}"
+    seen["status"] = cli("status", handle, cwd=work, env=env).__dict__
+    seen["describe"] = cli("describe", handle, cwd=work, env=env).__dict__
+    seen["log"] = cli("log", handle, cwd=work, env=env).__dict__
+    seen["left"] = sorted(p.name for p in run.iterdir())
+    seen["tmp"] = leftovers(run)
+    seen["survivors"] = marked(run.name)
+    subprocess.run(["umount", "-l", str(state)], check=False)
+    return seen
+
+
+def _big_result(work: Path, state: Path, env: dict[str, str]) -> dict[str, Any]:
+    """A callable returns 6 MB onto a 4 MiB file system: its result cannot be written."""
+    script = work / "big.py"
+    script.write_text(
+        "import json, os, distspec\n"
+        "job = distspec.submit(lambda: os.urandom(6_000_000), j='1x1')\n"
+        "try:\n"
+        "    job.result(timeout=150)\n"
+        "    print(json.dumps({'raised': None}))\n"
+        "except Exception as e:\n"
+        "    print(json.dumps({'raised': type(e).__name__, 'says': str(e),\n"
+        "                      'state': job.status().state.value}))\n"
+    )
+    seen: dict[str, Any] = {}
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=170,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return _hangs(seen, state, "result()")
+    seen["proc"] = proc.__dict__
+    (run,) = (state / "local_cwd").iterdir()
+    seen["tmp"] = leftovers(run)
+    seen["survivors"] = marked(run.name)
     subprocess.run(["umount", "-l", str(state)], check=False)
     return seen
 
@@ -214,27 +310,93 @@ def _in_namespace(name: str, tmp_path: Path) -> dict[str, Any]:
     return seen
 
 
-@pytest.mark.parametrize("fault", ["readonly", "full"])
+@pytest.mark.parametrize("fault", ["readonly", "full", "full_no_reserve"])
 def test_a_job_that_succeeds_on_a_broken_disk_is_recorded_succeeded(
     fault: str, tmp_path: Path
 ) -> None:
     """The run dir turns read-only / the disk fills while the job runs and the job then
-    succeeds: the supervisor keeps retrying its final write instead of dying (which
-    readers would record as FAILED), status stays one clean line, no temp file is
-    left; once the disk is repaired the record says SUCCEEDED and nothing survives."""
+    succeeds. On a full disk the supervisor frees the space it set aside at the start
+    and records SUCCEEDED at once. Without it (deleted here) or on a read-only disk it
+    keeps retrying its final write instead of dying (which readers would record as
+    FAILED), status stays one clean line, no temp file is left; once the disk is
+    repaired the record says SUCCEEDED and nothing survives."""
     seen = _in_namespace(fault, tmp_path)
-    if fault == "full":
+    if fault == "full_no_reserve":
         assert seen["supervisor_stayed"], "the supervisor gave up on a full disk"
     during = seen["during"]
     assert during["returncode"] == 0, during["stderr"]
     assert "Traceback" not in during["stderr"]
     assert "FAILED" not in during["stdout"]
-    assert seen["during_state"] == "RUNNING"
+    assert seen["during_state"] == ("SUCCEEDED" if fault == "full" else "RUNNING")
     assert seen["during_tmp"] == []
     after = seen["after"]
     assert after["returncode"] == 0, (after["stdout"], after["stderr"])
     assert seen["after_state"] == "SUCCEEDED"
     assert seen["after_tmp"] == []
+    assert seen["survivors"] == []
+
+
+def test_a_cancel_that_cannot_be_recorded_says_so(tmp_path: Path) -> None:
+    """The run directory turns read-only, then `cancel`: every process of the run is
+    stopped all the same (the supervisor too, once it is alone and cannot write), but
+    cancel does not claim what it could not record: exit 1, one line saying why; and
+    status then reports a final state, not RUNNING."""
+    seen = _in_namespace("cancel_readonly", tmp_path)
+    assert "hung" not in seen, "cancel hung"
+    cancel = seen["cancel"]
+    assert cancel["returncode"] == 1, (cancel["stdout"], cancel["stderr"])
+    one_line_no_traceback(subprocess.CompletedProcess([], 1, cancel["stdout"], cancel["stderr"]))
+    assert "cancelled" not in cancel["stdout"]
+    assert "could not record the cancel" in cancel["stderr"]
+    assert "Read-only file system" in cancel["stderr"]
+    assert seen["survivors"] == []
+    status = seen["status"]
+    assert status["returncode"] == 0, status["stderr"]
+    assert status["stdout"].startswith("FAILED: supervisor died"), status["stdout"]
+    assert seen["tmp"] == []
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_job_whose_output_fills_the_disk_ends_with_its_own_exit(
+    code: int, tmp_path: Path
+) -> None:
+    """The job's own output fills the file system the records live on: the supervisor
+    still records the true end at once (the space it set aside at the start), `run
+    --wait` returns the job's exit code, status says the logs were truncated, and the
+    failure report quotes the rank's last lines, kept in memory as the log could not
+    take them."""
+    seen = _in_namespace("flood_ok" if code == 0 else "flood_fail", tmp_path)
+    assert "hung" not in seen, "run --wait hung: the final state was never recorded"
+    run = seen["run"]
+    assert run["returncode"] == code, (run["stdout"], run["stderr"][-3000:])
+    assert "Traceback" not in run["stderr"]
+    status = seen["status"]
+    assert status["returncode"] == 0, status["stderr"]
+    first = status["stdout"].splitlines()[0]
+    assert first.startswith("SUCCEEDED" if code == 0 else "FAILED"), status["stdout"]
+    assert "logs truncated" in first and "ENOSPC" in first, first
+    assert "logs truncated" in seen["describe"]["stdout"], seen["describe"]["stdout"]
+    if code:
+        assert "exited with 3" in run["stderr"], run["stderr"][-3000:]
+        assert "the last words" in run["stderr"], run["stderr"][-3000:]
+    assert "the last words" in seen["log"]["stdout"][-5000:]
+    assert seen["tmp"] == []
+    assert ".reserve" not in seen["left"]
+    assert seen["survivors"] == []
+
+
+def test_a_result_that_fills_the_disk_is_a_clear_error(tmp_path: Path) -> None:
+    """A callable's return value does not fit on the job directory's file system:
+    result() raises naming ENOSPC, the run ends FAILED, no temp file holds the space."""
+    seen = _in_namespace("big_result", tmp_path)
+    assert "hung" not in seen, "result() hung: the run never reached a final state"
+    proc = seen["proc"]
+    assert proc["returncode"] == 0, proc["stderr"][-3000:]
+    said = json.loads(proc["stdout"].strip().splitlines()[-1])
+    assert said["raised"] == "RemoteError", said
+    assert "ENOSPC" in said["says"] and "result" in said["says"], said
+    assert said["state"] == "FAILED"
+    assert seen["tmp"] == []
     assert seen["survivors"] == []
 
 
@@ -408,6 +570,134 @@ def test_a_malformed_record_is_one_line(case: str, state_dir: Path, tmp_path: Pa
         assert "unreadable" in proc.stderr, proc.stderr
     listing = cli("list", "-s", "local_cwd", cwd=tmp_path)
     assert listing.returncode == 0 and "Traceback" not in listing.stderr
+
+
+# -- files that are not regular files -------------------------------------------------
+
+
+def bounded_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``cli`` that cannot hang the test (a FIFO read) nor eat the machine's memory
+    (/dev/zero read into memory): a timeout, and 2 GiB of address space at most."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "distspec", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"distspec {' '.join(args)} hung")
+
+
+def _make_odd(path: Path, kind: str) -> str:
+    """Put something that is not a regular file at ``path``; what the error says."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "not a regular file (a FIFO)"
+    if kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+        return "not a regular file (a character device)"
+    if kind == "symlink_loop":
+        path.symlink_to(path.name)
+        return "symbolic links"
+    if kind == "directory":
+        path.mkdir()
+        return "directory"
+    assert kind == "huge"
+    with open(path, "wb") as f:
+        f.truncate(100 << 30)  # sparse: 100 GiB that take no space
+    return "too large"
+
+
+ODD = ["fifo", "dev_zero", "symlink_loop", "directory", "huge"]
+
+
+@pytest.mark.parametrize("kind", ODD)
+def test_an_odd_state_file_never_blocks_any_verb(
+    kind: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """state.json is a FIFO, /dev/zero, a symlink loop, a directory or 100 GiB: every
+    verb answers at once in one line (or lists the run as UNKNOWN, with why)."""
+    run = state_dir / "local_cwd" / "app-odd"
+    run.mkdir(parents=True)
+    says = _make_odd(run / "state.json", kind)
+    handle = "local_cwd://distspec/app-odd"
+    for verb in (["status"], ["describe"], ["log"], ["cancel"]):
+        proc = bounded_cli(*verb, handle, cwd=tmp_path)
+        assert proc.returncode == 1, (verb, proc.stdout, proc.stderr)
+        one_line_no_traceback(proc)
+        assert "unreadable" in proc.stderr and says in proc.stderr, (verb, proc.stderr)
+    listing = bounded_cli("list", "-s", "local_cwd", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert "Traceback" not in listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if "app-odd" in line)
+    assert "UNKNOWN" in row and says in row, row
+    prune = bounded_cli("prune", "-s", "local_cwd", cwd=tmp_path)
+    assert prune.returncode == 0 and "Traceback" not in prune.stderr, prune.stderr
+    assert run.exists(), "prune deleted a run it could not read"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+@pytest.mark.parametrize("name", ["plan.json", "supervisor.log", "logs/r-0.log"])
+def test_an_odd_file_beside_the_record_never_blocks(
+    name: str, kind: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """The plan (read by describe and cancel), the supervisor's log (read when the
+    supervisor is dead) and a replica's log (read by log) are FIFOs or /dev/zero."""
+    run = state_dir / "local_cwd" / "app-odd"
+    (run / "logs").mkdir(parents=True)
+    record = _good_record("app-odd")
+    if name == "supervisor.log":  # a run whose supervisor is gone: its log is read
+        record.update(state="RUNNING", supervisor={"pid": 2**22 + 1, "starttime": 1})
+        del record["ended"]
+        record["roles"][0]["replicas"][0].update(state="RUNNING", exit_code=None, ended=None)
+    (run / "state.json").write_text(json.dumps(record))
+    _make_odd(run / name, kind)
+    handle = "local_cwd://distspec/app-odd"
+    for verb in (["status"], ["describe"], ["cancel"], ["list", "-s", "local_cwd"]):
+        proc = bounded_cli(*(verb if verb[0] == "list" else [*verb, handle]), cwd=tmp_path)
+        assert proc.returncode == 0, (verb, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    described = bounded_cli("describe", handle, cwd=tmp_path).stdout
+    assert ("supervisor died" in described) == (name == "supervisor.log"), described
+    log = bounded_cli("log", handle, cwd=tmp_path)
+    if name.startswith("logs/"):
+        assert log.returncode == 1, (log.stdout, log.stderr)
+        one_line_no_traceback(log)
+        assert "not a regular file" in log.stderr
+    else:
+        assert log.returncode == 0 and "Traceback" not in log.stderr, log.stderr
+
+
+def test_a_dead_supervisor_is_never_left_running(state_dir: Path, tmp_path: Path) -> None:
+    """A record says RUNNING but its supervisor is gone, or its pid now belongs to
+    another process (pid 1, started at another time): readers record a final state."""
+    from distspec.schedulers.local_supervisor import process_starttime
+
+    for pid, starttime in ((2**22 + 1, 1), (1, (process_starttime(1) or 0) + 1)):
+        run = state_dir / "local_cwd" / f"app-{pid}"
+        run.mkdir(parents=True)
+        record = _good_record(run.name)
+        record.update(state="RUNNING", supervisor={"pid": pid, "starttime": starttime})
+        del record["ended"]
+        record["roles"][0]["replicas"][0].update(state="RUNNING", exit_code=None, ended=None)
+        (run / "state.json").write_text(json.dumps(record))
+        (run / "supervisor.log").write_text(
+            "local_supervisor: cannot write state.json: No space left on device; retrying\n"
+        )
+        proc = bounded_cli("status", f"local_cwd://distspec/{run.name}", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("FAILED: supervisor died: "), proc.stdout
+        assert "No space left on device" in proc.stdout
+        assert read_state(run)["state"] == "FAILED", "the reader did not record it"
 
 
 # -- interrupted submits (Ctrl-C at any moment) ---------------------------------------

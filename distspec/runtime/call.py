@@ -110,9 +110,18 @@ def write_bytes(path: str, data: bytes) -> None:
             f.write(data)
         return
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk: the half-written temp file would keep the space it took, and
+        # nothing could then record the job's end. Leave nothing behind.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def remove(path: str) -> None:
@@ -278,14 +287,35 @@ def _write_record(job_dir: str | None, rank: int, record: dict[str, Any]) -> Non
     try:
         write_bytes(path, data)
     except Exception as e:
-        # Nowhere to report it but the log: the submitter will find no result.
+        why = _why(e)
         print(
-            f"distspec: rank {rank} cannot write its result to {path}: {type(e).__name__}: "
-            f"{e}{_REACH_HINT if _is_url(job_dir) else ''}",
+            f"distspec: rank {rank} cannot write its result to {path} ({len(data)} bytes): "
+            f"{why}{_REACH_HINT if _is_url(job_dir) else ''}",
             file=sys.stderr,
             flush=True,
         )
-        raise
+        if record.get("ok"):
+            # Say so in a small record (the big one's space is free again), so the
+            # submitter reads why instead of "died without a result".
+            failure = OSError(f"cannot write its result to {path} ({len(data)} bytes): {why}")
+            try:
+                write_bytes(path, dumps(_error_record(failure, "result", rank)))
+            except Exception:
+                pass  # the log line above is all there is
+        raise ResultNotWritten(why) from e
+
+
+class ResultNotWritten(Exception):
+    """A rank's result file could not be written (said on stderr already)."""
+
+
+def _why(e: BaseException) -> str:
+    """``No space left on device (ENOSPC)``, or the exception's type and text."""
+    import errno
+
+    if isinstance(e, OSError) and e.errno is not None and e.errno in errno.errorcode:
+        return f"{e.strerror or e} ({errno.errorcode[e.errno]})"
+    return f"{type(e).__name__}: {e}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -345,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except Exception:
                 pass  # _write_record said why on stderr
             return 130 if isinstance(e, KeyboardInterrupt) else 1
-    record = {
+    ok = {
         "version": PROTOCOL_VERSION,
         "rank": rank,
         "host": socket.gethostname(),
@@ -354,7 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ok": True,
         "value": value,
     }
-    _write_record(job_dir, rank, record)
+    try:
+        _write_record(job_dir, rank, ok)
+    except ResultNotWritten:
+        return 1  # the function returned, but its value cannot reach the submitter
     if rank == 0 and args.fn and value is not None:
         print(f"distspec: rank 0 returned {value!r}", flush=True)
     return 0

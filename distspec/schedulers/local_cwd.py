@@ -60,10 +60,15 @@ WAIT_INTERVAL = 0.005
 WAIT_SLOW_INTERVAL = 0.1
 #: How often ``wait`` also checks that the supervisor is alive.
 LIVENESS_INTERVAL = 0.25
+#: How long ``cancel`` lets a supervisor whose replicas are all gone try to record the
+#: end (it retries every second) before it kills it and records the cancel itself.
+STUCK_AFTER = 2.5
 #: How long ``submit`` waits for the supervisor's first state before giving up.
 START_TIMEOUT = 60.0
 #: How often ``log --follow`` looks for new lines.
 FOLLOW_INTERVAL = 0.05
+#: How much of a log is read at once.
+LOG_CHUNK = 4 << 20
 
 
 @frozen
@@ -380,28 +385,49 @@ class LocalScheduler(Scheduler[LocalOptions]):
         if data["state"] in _TERMINAL:  # it finished between the two reads
             return data
         sup.hunt(app_id)
-        now = time.time()
         msg = "supervisor died"
-        try:  # a crash (not a SIGKILL) leaves its traceback here
-            said = (self.run_dir(app_id) / "supervisor.log").read_text(errors="replace")
+        try:  # a crash (not a SIGKILL) leaves its traceback here, a failed write its error
+            said = sup.read_regular(
+                str(self.run_dir(app_id) / "supervisor.log"), 16384, tail=True
+            ).decode(errors="replace")
         except OSError:
             said = ""
         if said.strip():
             msg += f": {said.strip().splitlines()[-1][:300]}"
-        data["state"] = "FAILED"
+        self._record_end(app_id, data, "FAILED", msg, "supervisor died")
+        return data
+
+    def _record_end(
+        self, app_id: str, data: dict[str, Any], state: str, msg: str, reason: str
+    ) -> str:
+        """Make ``data`` (a record whose supervisor is gone) final, in place, and write
+        it; '' or why it could not be written (it is then reported, not recorded, and
+        the next reader tries again). A full disk gets the supervisor's reserve."""
+        import time
+
+        from distspec.schedulers import local_supervisor as sup
+
+        now = time.time()
+        data["state"] = state
         data["msg"] = msg
         data["ended"] = now
         for role in data["roles"]:
             for rep in role["replicas"]:
                 if rep["state"] not in _TERMINAL:
-                    rep["state"] = "FAILED"
-                    rep["reason"] = "supervisor died"
+                    rep["state"] = state
+                    rep["reason"] = reason
                     rep["ended"] = now
-        try:
-            sup.write_json_atomic(str(self.run_dir(app_id) / sup.STATE_FILE), data)
-        except OSError:
-            pass  # a full or read-only disk: report it now, record it on a later read
-        return data
+        run_dir = str(self.run_dir(app_id))
+        for _ in range(2):
+            try:
+                sup.write_json_atomic(os.path.join(run_dir, sup.STATE_FILE), data)
+                sup.release_reserve(run_dir)
+                return ""
+            except OSError as e:
+                error = f"cannot write {sup.STATE_FILE}: {sup.os_error_text(e)}"
+                if not (sup.no_space(e) and sup.release_reserve(run_dir)):
+                    break
+        return error
 
     def describe(self, app_id: str) -> AppStatus | None:
         data = self._checked_state(app_id)
@@ -526,18 +552,18 @@ class LocalScheduler(Scheduler[LocalOptions]):
             # Read the state before the file: lines written before a terminal state
             # are then certain to be read below.
             done = not follow or self._replica_done(app_id, role, replica)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            *lines, pending = (pending + chunk).split(b"\n")
-            for raw in lines:
-                parsed = _parse_log_line(raw)
-                if parsed is not None and (since is None or parsed[0] >= since):
-                    yield parsed[1]
+            while True:  # in bounded pieces: a log may be larger than memory
+                chunk = self._read_log(app_id, path, pos)
+                pos += len(chunk)
+                *lines, pending = (pending + chunk).split(b"\n")
+                for raw in lines:
+                    parsed = _parse_log_line(raw)
+                    if parsed is not None and (since is None or parsed[0] >= since):
+                        yield parsed[1]
+                if len(pending) > LOG_CHUNK:  # no line ends in sight: not a log
+                    pending = b""
+                if len(chunk) < LOG_CHUNK:
+                    break
             if done:
                 return
             if alive is None:
@@ -545,6 +571,31 @@ class LocalScheduler(Scheduler[LocalOptions]):
             elif poller.poll(FOLLOW_INTERVAL * 1000):
                 poller.unregister(alive)  # hung up: the run has ended (or its supervisor)
                 alive = None
+
+    def _read_log(self, app_id: str, path: Path, pos: int) -> bytes:
+        """Up to :data:`LOG_CHUNK` bytes of the log at ``path`` from ``pos`` (b'' when
+        it does not exist yet); a FIFO or a device there is an error, not a hang."""
+        from distspec.schedulers.local_supervisor import not_regular, os_error_text
+
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return b""
+        except OSError as e:
+            raise SchedulerError(
+                f"the log of {app_id} ({path}) is unreadable: {os_error_text(e)}",
+                scheduler=self.name,
+            ) from None
+        try:
+            problem = not_regular(os.fstat(fd).st_mode)
+            if problem is not None:
+                raise SchedulerError(
+                    f"the log of {app_id} ({path}) is unreadable: {problem.strerror}",
+                    scheduler=self.name,
+                )
+            return os.pread(fd, LOG_CHUNK, pos)
+        finally:
+            os.close(fd)
 
     def _replica_done(self, app_id: str, role: str, replica: int) -> bool:
         data = self._checked_state(app_id)
@@ -594,33 +645,63 @@ class LocalScheduler(Scheduler[LocalOptions]):
                 return
             pid, starttime = found, sup.process_starttime(found)
         try:
-            plan = json.loads((self.run_dir(app_id) / "plan.json").read_text())
+            plan = sup.read_json(str(self.run_dir(app_id) / "plan.json"))
             grace = float(plan.get("options", {}).get("grace_period", 10.0))
         except (OSError, ValueError, AttributeError):
             grace = 10.0
         if sup.is_alive(pid, starttime):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace + 10.0
+        alone_since: float | None = None
+        look = 0.0
         while time.monotonic() < deadline:
             try:
                 now = self._checked_state(app_id)
                 ended = now is None or now["state"] in _TERMINAL
             except SchedulerError:
                 ended = True  # unreadable: the supervisor's exit is what counts
-            if ended and not sup.is_alive(pid, starttime):
+            alive = sup.is_alive(pid, starttime)
+            if ended and not alive:
                 return
+            moment = time.monotonic()
+            if alive and not ended and moment >= look:
+                # Every other process of the run is gone but the record is not final:
+                # the supervisor cannot write it (read-only or unwritable run dir).
+                look = moment + LIVENESS_INTERVAL
+                if set(sup.hunt(app_id, sig=0)) <= {pid}:
+                    alone_since = alone_since if alone_since is not None else moment
+                    if moment - alone_since >= STUCK_AFTER:
+                        break
+                else:
+                    alone_since = None
             time.sleep(WAIT_INTERVAL)
-        # An unresponsive supervisor: kill it; the next read records the death.
+        # A supervisor that cannot record the end, or does not respond: kill it (its
+        # keepers kill their trees on its death), make sure, and record the cancel here.
         if sup.is_alive(pid, starttime):
             os.kill(pid, signal.SIGKILL)
         for _ in range(200):
             if not sup.is_alive(pid, starttime):
                 break
             time.sleep(0.01)
+        sup.hunt(app_id)
         try:
-            self._checked_state(app_id)
-        except SchedulerError:
-            pass
+            data = self._read_state(app_id)
+        except SchedulerError as e:
+            raise SchedulerError(
+                f"stopped every process of {app_id}, but could not record the cancel: {e}",
+                scheduler=self.name,
+            ) from None
+        if data is None or data["state"] in _TERMINAL:
+            return
+        error = self._record_end(
+            app_id, data, "CANCELLED", "cancel requested (recorded by cancel)", "cancelled"
+        )
+        if error:
+            raise SchedulerError(
+                f"stopped every process of {app_id}, but could not record the cancel "
+                f"({error}); its status will say that its supervisor died",
+                scheduler=self.name,
+            )
 
     def list(self) -> list[AppSummary]:
         """Every run under the state dir, newest first. ``extra`` has ``submitted`` and,
@@ -633,7 +714,12 @@ class LocalScheduler(Scheduler[LocalOptions]):
         for name in names:
             try:
                 data = self._checked_state(name)
-            except (SchedulerError, UsageError, KeyError):
+            except UsageError:
+                continue
+            except SchedulerError as e:
+                # Listed, not hidden: UNKNOWN, with why (and never pruned).
+                if os.path.isdir(self.root / name):
+                    found.append((0.0, self._unreadable_summary(name, e)))
                 continue
             if data is None:
                 continue
@@ -655,6 +741,15 @@ class LocalScheduler(Scheduler[LocalOptions]):
             )
         found.sort(key=lambda item: item[0], reverse=True)
         return [summary for _, summary in found]
+
+    def _unreadable_summary(self, name: str, error: SchedulerError) -> AppSummary:
+        return AppSummary(
+            app_id=name,
+            name="",
+            state=AppState.UNKNOWN,
+            detail="unreadable: " + str(error).partition("is unreadable: ")[2][:200],
+            extra=frozendict({}),
+        )
 
     def prune(
         self,
@@ -764,15 +859,17 @@ def _role_commands(run_dir: Path) -> dict[str, str]:
     """role -> the command its first replica runs, shell-quoted (from ``plan.json``)."""
     import shlex
 
+    from distspec.schedulers.local_supervisor import read_json
+
     try:
-        plan = json.loads((run_dir / "plan.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {
-        role["name"]: shlex.join(role["replicas"][0]["argv"])
-        for role in plan.get("roles", ())
-        if role.get("replicas")
-    }
+        plan = read_json(str(run_dir / "plan.json"))
+        return {
+            role["name"]: shlex.join(role["replicas"][0]["argv"])
+            for role in plan.get("roles", ())
+            if role.get("replicas")
+        }
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        return {}  # the commands are a courtesy of `describe`
 
 
 def _to_status(

@@ -77,9 +77,11 @@ def load_state(path: str, app_id: str, scheduler: str = "local_cwd") -> "StateRe
             f"the state of {app_id} ({path}) is unreadable: {why}", scheduler=scheduler
         )
 
+    from distspec.schedulers.local_supervisor import read_regular
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        # Never blocks on a FIFO nor reads /dev/zero or a huge file into memory.
+        raw = read_regular(path)
     except FileNotFoundError:
         return None
     except OSError as e:

@@ -35,6 +35,7 @@ import json
 import os
 import select
 import signal
+import stat
 import sys
 import time
 
@@ -46,13 +47,20 @@ if TYPE_CHECKING:
 __all__ = [
     "ALIVE_FIFO",
     "APP_ID_ENV",
+    "RECORD_LIMIT",
+    "RESERVE_FILE",
     "STATE_FILE",
     "SUPERVISOR_MAIN",
     "find_supervisor",
     "hunt",
     "is_alive",
+    "no_space",
+    "not_regular",
+    "os_error_text",
     "process_starttime",
     "read_json",
+    "read_regular",
+    "release_reserve",
     "write_json_atomic",
 ]
 
@@ -64,6 +72,15 @@ PLAN_FILE = "plan.json"
 #: (or dies): a reader that opened it while the supervisor had it open sees POLLHUP
 #: at that moment, so ``wait`` blocks on it instead of polling.
 ALIVE_FIFO = "alive.fifo"
+#: Space the supervisor sets aside in the run directory when it starts (a file it
+#: fallocate()s) and frees when its final record finds the disk full, typically filled
+#: by the job's own output: the run's true end is then recorded at once, not retried.
+RESERVE_FILE = ".reserve"
+_RESERVE_BASE = 256 << 10
+_RESERVE_PER_REPLICA = 8 << 10
+#: The largest record or plan a reader accepts (state.json of ten thousand replicas
+#: is ~3 MiB); a bigger file is reported, not read into memory.
+RECORD_LIMIT = 64 << 20
 SCHEMA_VERSION = 1
 #: How ``local_cwd`` starts a supervisor: ``python -I -S -c SUPERVISOR_MAIN DIR ARGS``,
 #: DIR being this file's directory. Imported rather than run as a script, this file
@@ -79,6 +96,12 @@ _PR_SET_CHILD_SUBREAPER = 36
 #: Escalation after the grace period when a keeper did not end its replica itself.
 _KEEPER_TIMEOUT = 5.0
 _TAIL_LINES = 400
+#: Of output that could not be written: how many of its last records a keeper keeps,
+#: each cut to this size, and how much of them its exit message carries (the whole
+#: message must stay below PIPE_BUF, 4096 bytes, to be written atomically).
+_TAIL_RECORDS = 64
+_TAIL_RECORD = 300
+_TAIL_MESSAGE = 2600
 #: While a state write fails (full disk, read-only or deleted run directory), the
 #: supervisor retries this often, and checks that its state file still exists.
 _STATE_RETRY = 1.0
@@ -134,8 +157,117 @@ def find_supervisor(app_id: str) -> int | None:
 
 
 def read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(read_regular(path).decode("utf-8"))
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def not_regular(mode: int) -> OSError | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
+    return OSError(errno.EINVAL, f"not a regular file ({kind})")
+
+
+def read_regular(path: str, limit: int = RECORD_LIMIT, *, tail: bool = False) -> bytes:
+    """The content of the regular file at ``path`` (following symlinks), at most
+    ``limit`` bytes: a FIFO, a device or a directory there never blocks the reader nor
+    fills its memory (``stat`` first, then ``O_NONBLOCK`` and ``fstat``).
+
+    Raises:
+        OSError: FileNotFoundError when absent; else with a ``strerror`` a person can
+            read: "not a regular file (a FIFO)", "too large (N bytes, at most M)", or
+            the system's (a symlink loop, permission denied). With ``tail``, a file
+            larger than ``limit`` gives its last ``limit`` bytes instead.
+    """
+    problem = not_regular(os.stat(path).st_mode)
+    if problem is not None:
+        raise problem
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)  # the file may have been swapped since the stat
+        problem = not_regular(st.st_mode)
+        if problem is not None:
+            raise problem
+        if st.st_size > limit:
+            if not tail:
+                raise OSError(errno.EFBIG, f"too large ({st.st_size} bytes, at most {limit})")
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _make_reserve(path: str, size: int) -> bool:
+    """Set ``size`` bytes aside in a file at ``path``; False if there is no room."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return True
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return False
+    finally:
+        os.close(fd)
+
+
+def release_reserve(run_dir: str) -> bool:
+    """Free the space the supervisor set aside in ``run_dir``; False if there was none."""
+    try:
+        os.unlink(os.path.join(run_dir, RESERVE_FILE))
+        return True
+    except OSError:
+        return False
+
+
+def no_space(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error_text(e: OSError) -> str:
+    """``No space left on device (ENOSPC)``: the text and the errno's name."""
+    name = errno.errorcode.get(e.errno or 0, "")
+    text = e.strerror or str(e)
+    return f"{text} ({name})" if name and name not in text else text
+
+
+def _append(fd: int, data: bytes) -> str:
+    """Append ``data`` to the file ``fd`` (opened O_APPEND) whole or not at all: ''
+    or why it could not (a short write on a full disk is cut off again, so a line-based
+    log never holds half a line followed by the next one)."""
+    done = 0
+    while done < len(data):
+        try:
+            n = os.write(fd, data[done:])
+        except OSError as e:
+            if done:
+                try:
+                    os.ftruncate(fd, max(0, os.fstat(fd).st_size - done))
+                except OSError:
+                    pass
+            return os_error_text(e)
+        done += n
+    return ""
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -382,6 +514,15 @@ class _Keeper:
         self.supervisor = supervisor
         self.kill_now = False
         self.reason = ""
+        #: Output that could not be written to the log (full disk...): its size, why,
+        #: and its last records, kept here and sent to the supervisor at the end.
+        self.lost = 0
+        self.lost_error = ""
+        self.lost_tail: list[tuple[int, bytes]] = []  # (sequence, record), any stream
+        self.lost_errors: list[tuple[int, bytes]] = []  # stderr and notes: the traceback
+        self.lost_records = 0
+        self.unwritten = 0  # of it, bytes lost since the log last took a write
+        self.log_unopened = ""
 
     def main(self) -> None:
         code = 1
@@ -426,10 +567,11 @@ class _Keeper:
             self._on_kill(signal.SIGUSR1, None)
 
         rep = self.replica
-        logs = {
-            key: _open_log(os.path.join(self.run_dir, rep[key]))
-            for key in ("stdout", "stderr", "log")
-        }
+        logs = {}
+        for key in ("stdout", "stderr", "log"):
+            logs[key], error = _open_log(os.path.join(self.run_dir, rep[key]))
+            if error and key == "log":
+                self.log_unopened = error  # every record is lost
         if self.attempt > 1:
             self._note(logs["log"], f"restart {self.attempt - 1}: {json.dumps(rep['argv'])}")
         out_r, out_w = os.pipe()
@@ -440,7 +582,7 @@ class _Keeper:
             msg = f"cannot start {rep['argv'][0]!r}: {e.strerror or e}"
             self._note(logs["log"], msg)
             _write(logs["stderr"], f"distspec: {msg}\n".encode())
-            self._send({"t": "exit", "returncode": 127, "reason": msg})
+            self._send({"t": "exit", "returncode": 127, "reason": msg, **self._losses()})
             return 127
         finally:
             os.close(out_w)
@@ -489,7 +631,7 @@ class _Keeper:
                 partial[fd] = rest
                 if lines:
                     now = f"{time.time():.6f} ".encode()
-                    _write(logs["log"], b"".join(now + tag + b" " + ln + b"\n" for ln in lines))
+                    self._log(logs["log"], [now + tag + b" " + ln + b"\n" for ln in lines])
                     if tag == b"E":
                         tail.extend(ln.decode("utf-8", "replace") for ln in lines)
                         del tail[:-_TAIL_LINES]
@@ -515,12 +657,80 @@ class _Keeper:
         if returncode != 0:
             self._note(logs["log"], f"exit code {exit_code}" + (f": {reason}" if reason else ""))
         self._send(
-            {"t": "exit", "returncode": returncode, "exit_code": exit_code, "reason": reason}
+            {
+                "t": "exit",
+                "returncode": returncode,
+                "exit_code": exit_code,
+                "reason": reason,
+                **self._losses(),
+            }
         )
         return 0
 
     def _note(self, fd: int, text: str) -> None:
-        _write(fd, f"{time.time():.6f} D distspec: {text}\n".encode())
+        self._log(fd, [f"{time.time():.6f} D distspec: {text}\n".encode()])
+
+    def _log(self, fd: int, records: list[bytes]) -> None:
+        """Append records to the replica's log; what cannot be written is counted and
+        its last records kept (the supervisor writes them once it has room)."""
+        error = self.log_unopened
+        if not error:
+            data = b"".join(records)
+            if self.lost_tail:
+                # Output was lost before these records: the note and the lost lines
+                # kept come first, so the log stays in order.
+                data = lost_note(self.unwritten, self.lost_error) + self._tail_block() + data
+            error = _append(fd, data)
+            if not error:
+                self.lost_tail.clear()
+                self.lost_errors.clear()
+                self.unwritten = 0
+                return
+        size = sum(len(r) for r in records)
+        self.lost += size
+        self.unwritten += size
+        self.lost_error = error
+        for record in records:
+            self.lost_records += 1
+            kept = (self.lost_records, record[:_TAIL_RECORD])
+            self.lost_tail.append(kept)
+            if record.split(b" ", 2)[1:2] != [b"O"]:
+                self.lost_errors.append(kept)
+        del self.lost_tail[:-_TAIL_RECORDS]
+        del self.lost_errors[:-_TAIL_RECORDS]
+
+    def _tail_block(self) -> bytes:
+        return b"".join(r if r.endswith(b"\n") else r + b"\n" for _, r in self.lost_tail)
+
+    def _losses(self) -> dict[str, Any]:
+        """The exit message's account of lost output: its size, why, and as many of
+        the last records still not in the log as fit in one atomic pipe write."""
+        if not self.lost:
+            return {}
+        # The last stderr lines first (stdout is read from another pipe, so a flood on
+        # it may come after them), then the last lines of any kind, in their order.
+        chosen: dict[int, str] = {}
+        size = 0
+        for kept, budget in (
+            (self.lost_errors, _TAIL_MESSAGE // 2),
+            (self.lost_tail, _TAIL_MESSAGE),
+        ):
+            for seq, record in reversed(kept):
+                if seq in chosen:
+                    continue
+                text = record.decode("utf-8", "replace").rstrip("\n")
+                size += len(json.dumps(text)) + 2
+                if size > budget:
+                    size -= len(json.dumps(text)) + 2
+                    break
+                chosen[seq] = text
+        tail = [chosen[seq] for seq in sorted(chosen)]
+        return {
+            "lost": self.lost,
+            "lost_error": self.lost_error[:200],
+            "unwritten": self.unwritten,
+            "tail": tail,
+        }
 
 
 def _file_key(path: str) -> tuple[int, int, int] | None:
@@ -532,22 +742,28 @@ def _file_key(path: str) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _open_log(path: str) -> int:
-    """A log file for appending; /dev/null when it cannot be made (a read-only, full or
-    deleted run directory): the replica runs on, its output is lost, not its result."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+def _open_log(path: str) -> tuple[int, str]:
+    """A log file for appending, and ''; /dev/null and why when it cannot be made (a
+    read-only, full or deleted run directory): the replica runs on, its output is lost,
+    not its result. Never blocks on a FIFO put there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        return os.open(path, flags, 0o600)
-    except OSError:
-        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        fd = os.open(path, flags, 0o600)
+        problem = not_regular(os.fstat(fd).st_mode)
+        if problem is None:
+            os.set_blocking(fd, True)
+            return fd, ""
+        os.close(fd)
+        error = f"{path}: {problem.strerror}"
+    except OSError as e:
+        error = os_error_text(e)
+    return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC), error
 
 
 def _write(fd: int, data: bytes) -> None:
-    """Append to a log; a full disk drops the output rather than failing the replica."""
-    try:
-        os.write(fd, data)
-    except OSError:
-        pass
+    """Append to a log; a full disk drops the output rather than failing the replica
+    (the combined log, written by :meth:`_Keeper._log`, accounts for it)."""
+    _append(fd, data)
 
 
 def _spawn(rep: dict[str, Any], out_w: int, err_w: int) -> int:
@@ -607,6 +823,14 @@ class _Replica:
         self.started: float | None = None
         self.ended: float | None = None
         self.result: dict[str, Any] | None = None
+        self.lost = 0  # bytes of output its log never got, over every attempt
+        self.lost_error = ""
+
+    @property
+    def lost_note(self) -> str:
+        if not self.lost:
+            return ""
+        return f"logs truncated: {_size(self.lost)} of output not written ({self.lost_error})"
 
     @property
     def live(self) -> bool:
@@ -651,7 +875,12 @@ class Supervisor:
         self.last_written: Any = None
         self.write_error = ""
         self.written_key: tuple[int, int, int] | None = None
+        self.write_errno = 0
         self.msg = ""
+        #: (log path, records) of output the keepers could not write, kept in memory
+        #: until there is room for it (at the latest, the reserve's at the end).
+        self.pending_tails: list[tuple[str, bytes]] = []
+        self.reserve_size = _RESERVE_BASE + _RESERVE_PER_REPLICA * len(self.replicas)
 
     # state file
 
@@ -676,6 +905,20 @@ class Supervisor:
         }
 
     def _app_state(self) -> tuple[str, str]:
+        state, msg = self._app_state_alone()
+        lost = [r for r in self.replicas if r.lost]
+        if lost:
+            # Said in the run's message too: `status` prints it on its first line.
+            total = sum(r.lost for r in lost)
+            who = ", ".join(f"{r.role}/{r.id}" for r in lost[:3]) + (", ..." if lost[3:] else "")
+            note = (
+                f"logs truncated: {_size(total)} of output not written ({lost[-1].lost_error}; "
+                f"{who})"
+            )
+            msg = f"{msg}; {note}" if msg else note
+        return state, msg
+
+    def _app_state_alone(self) -> tuple[str, str]:
         if self.final is not None and not any(r.live for r in self.replicas):
             return self.final
         if self.final is not None:
@@ -704,12 +947,44 @@ class Supervisor:
             write_json_atomic(path, data)
             self.written_key = _file_key(path)
         except OSError as e:
-            self.write_error = f"cannot write {STATE_FILE}: {e.strerror or e}"
+            self.write_error = f"cannot write {STATE_FILE}: {os_error_text(e)}"
+            self.write_errno = e.errno or 0
             self.last_written = None
             return False
         self.write_error = ""
+        self.write_errno = 0
         self.last_written = data
         return True
+
+    def flush_tails(self) -> None:
+        """Append the output keepers could not write to its logs, where there is room:
+        a note on what was lost, then its last records (so `log` and the failure
+        report quote the rank's last lines, traceback included)."""
+        left = []
+        for path, data in self.pending_tails:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            except OSError:
+                left.append((path, data))
+                continue
+            try:
+                if _append(fd, data):
+                    left.append((path, data))
+            finally:
+                os.close(fd)
+        self.pending_tails = left
+
+    def write_final(self) -> bool:
+        """Record the final state (and the lost output's last lines). On a full disk
+        the reserve set aside at the start is freed for it: the run's true end is
+        recorded now, whoever filled the disk (usually the job's own output)."""
+        self.flush_tails()
+        if self.write_state(ended=True):
+            return True
+        if self.write_errno in (errno.ENOSPC, errno.EDQUOT) and release_reserve(self.run_dir):
+            self.flush_tails()
+            return self.write_state(ended=True)
+        return False
 
     # lifecycle
 
@@ -780,6 +1055,21 @@ class Supervisor:
         rc = int(result.get("returncode", 1))
         replica.exit_code = int(result.get("exit_code", exit_code_of(rc)))
         replica.reason = str(result.get("reason", ""))
+        lost = int(result.get("lost") or 0)
+        if lost:
+            replica.lost += lost
+            replica.lost_error = str(result.get("lost_error", ""))
+        unwritten = int(result.get("unwritten") or 0)
+        if unwritten:
+            note = lost_note(unwritten, replica.lost_error)
+            tail = "".join(f"{line}\n" for line in result.get("tail") or ())
+            log = os.path.join(self.run_dir, replica.spec["log"])
+            self.pending_tails.append((log, note + tail.encode("utf-8", "replace")))
+            self.flush_tails()
+        if replica.lost_note:
+            replica.reason = (
+                f"{replica.reason}; {replica.lost_note}" if replica.reason else (replica.lost_note)
+            )
         if self.final is not None:
             if rc == 0:
                 replica.state = "SUCCEEDED"
@@ -854,6 +1144,7 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda s, f: None)
         wake = [wake_r, wake_w, msg_r]
         alive = _open_alive_fifo(os.path.join(self.run_dir, ALIVE_FIFO))
+        _make_reserve(os.path.join(self.run_dir, RESERVE_FILE), self.reserve_size)
         if alive is not None:
             wake.append(alive)  # keepers close it: only the supervisor holds it open
         if ready_fd is not None:
@@ -903,7 +1194,11 @@ class Supervisor:
             by_keeper = {r.keeper: r for r in self.replicas if r.keeper is not None}
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                msg = json.loads(line)
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    _say(f"unreadable message from a keeper: {line[:200]!r}")
+                    continue
                 target = by_keeper.get(msg.get("keeper"))
                 if target is None:
                     continue
@@ -932,11 +1227,12 @@ class Supervisor:
         # up meanwhile is not to be reported "supervisor died". Retry until it can
         # (space freed, directory writable again), cancellable by SIGKILL only.
         give_up = time.monotonic() + _FINAL_WRITE_PATIENCE
-        while not self.write_state(ended=True) and time.monotonic() < give_up:
+        while not self.write_final() and time.monotonic() < give_up:
             _say(f"{self.write_error}; retrying")
             time.sleep(_STATE_RETRY)
         if self.write_error:
             _say(self.write_error)
+        release_reserve(self.run_dir)
         if alive is not None:
             os.close(alive)  # wakes every waiter now, not at the end of interpreter exit
         return 0
@@ -962,6 +1258,26 @@ def _say(text: str) -> None:
         print(f"local_supervisor: {text}", file=sys.stderr, flush=True)
     except OSError:
         pass
+
+
+def lost_note(size: int, error: str) -> bytes:
+    """The log record that marks where output was lost."""
+    return (
+        f"{time.time():.6f} D distspec: {_size(size)} of output could not be written to this "
+        f"log ({error}); its last lines, kept in memory:\n"
+    ).encode()
+
+
+def _size(n: int) -> str:
+    """``812 bytes``, ``3.9 MiB``."""
+    if n < 1024:
+        return f"{n} bytes"
+    value = n / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def _describe_rc(rc: int) -> str:
