@@ -15,6 +15,10 @@ from distspec.specs.app import AppDef, Role
 from distspec.specs.frozen import frozen, frozendict, replace
 from distspec.specs.macros import Macro
 
+# The readers of workers' output live beside the torchrun command line, so that the
+# in-job ``distspec launch`` uses them too; re-exported here for the backends.
+from distspec.torchrun import RANK_PREFIX_TEMPLATE, failure_excerpt, split_rank
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -162,82 +166,7 @@ def filter_lines(
     yield from deque(selected, maxlen=tail)
 
 
-#: torchrun's ``--tee`` prefixes each worker line with ``[<role><local rank>]:``; with
-#: this template (read from ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``) it writes the
-#: worker's *global* rank instead, in the form torch's own exception hook uses
-#: (``[rank3]: ``), so one parser (:func:`split_rank`) recovers the rank of a line.
-RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
-
 _RANK_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-
-
-def split_rank(text: str, role: str = "") -> tuple[int | None, str]:
-    """``(global rank, text)`` of a replica's log line, without torchrun's prefixes.
-
-    Recognised, in this order and each at most once: torchrun's tee prefix as
-    :data:`RANK_PREFIX_TEMPLATE` makes it (``[rank3]:``) or torchrun's default
-    (``[<role><local rank>]:``, giving no global rank), then the prefix torch's
-    exception hook puts on a traceback after ``init_process_group`` (``[rank3]: ``).
-    A line with none of them (torchrun's own messages, a plain program) has rank None.
-    """
-    rank: int | None = None
-    rest = text
-    if rest.startswith("[rank"):
-        end = rest.find("]:", 5)
-        if end > 5 and rest[5:end].isdigit():
-            rank, rest = int(rest[5:end]), rest[end + 2 :]
-    elif role and rest.startswith("[" + role):
-        end = rest.find("]:", len(role) + 1)
-        if end > len(role) + 1 and rest[len(role) + 1 : end].isdigit():
-            rest = rest[end + 2 :]
-    if rest.startswith("[rank"):
-        end = rest.find("]: ", 5)
-        if end > 5 and rest[5:end].isdigit() and (rank is None or int(rest[5:end]) == rank):
-            rank, rest = int(rest[5:end]), rest[end + 3 :]
-    return rank, rest
-
-
-def failure_excerpt(
-    lines: Sequence[tuple[int | None, str]], *, limit: int = 40
-) -> tuple[int | None, list[str]]:
-    """``(rank, excerpt)``: who failed in a failed replica's log and what it said.
-
-    ``lines`` are ``(rank, text)`` pairs as :func:`split_rank` gives them. The rank is
-    the first failure torchrun reports ("Root Cause" of its ChildFailedError table),
-    else the rank of the last traceback, else None. The excerpt is that rank's last
-    traceback (from ``Traceback (most recent call last):`` to its last line), else
-    its last lines; for a plain program (no ranks) the last traceback or last lines
-    of the log. At most ``limit`` lines, the end kept.
-    """
-    rank: int | None = None
-    root = None
-    for i, (line_rank, text) in enumerate(lines):
-        if line_rank is None and text.startswith("Root Cause"):
-            root = i
-    if root is not None:
-        for _, text in lines[root : root + 12]:
-            key, _, value = text.partition(":")
-            if key.strip() == "rank" and value.strip().split(" ")[0].isdigit():
-                rank = int(value.strip().split(" ")[0])
-                break
-    if rank is None:
-        traced = [r for r, text in lines if r is not None and text.startswith("Traceback (")]
-        rank = traced[-1] if traced else None
-    if rank is not None:
-        own = [text for r, text in lines if r == rank]
-    else:
-        own = [text for _, text in lines if not text.startswith("distspec: ")]
-    starts = [i for i, text in enumerate(own) if text.startswith("Traceback (")]
-    excerpt = own[starts[-1] :] if starts else own[-20:]
-    if rank is None and starts:
-        # A plain program's traceback ends at its exception line; what follows is
-        # other output (or a wrapper's messages).
-        end = next(
-            (i for i, text in enumerate(excerpt) if i and text and not text[0].isspace()),
-            len(excerpt) - 1,
-        )
-        excerpt = excerpt[: end + 1]
-    return rank, excerpt[-limit:]
 
 
 def signal_name(number: int) -> str:
