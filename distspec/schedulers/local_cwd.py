@@ -17,6 +17,7 @@ Run directory::
     state.json       the supervisor's view, replaced atomically on every change
     supervisor.log   the supervisor's own stdout/stderr (empty unless it crashed)
     alive.fifo       held open by the supervisor until the state is final (``wait``)
+    .reserve         space set aside until the final state is written (a full disk)
     logs/<role>-<replica>.stdout / .stderr   what the replica wrote, byte for byte
     logs/<role>-<replica>.log                both streams, one line per record:
                                              ``<unix time> <O|E|D> <text>``
