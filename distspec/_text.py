@@ -15,7 +15,7 @@ as a backstop for text that reached a message unquoted.
 
 from __future__ import annotations
 
-__all__ = ["escape", "quote"]
+__all__ = ["escape", "quote", "unrecognized"]
 
 
 def escape(text: str, *, keep: str = "") -> str:
@@ -35,3 +35,30 @@ def escape(text: str, *, keep: str = "") -> str:
 def quote(text: object) -> str:
     """``'text'``, escaped as :func:`escape` does: how a message shows a value."""
     return "'" + escape(str(text)) + "'"
+
+
+def unrecognized(words: list[str]) -> tuple[str, list[str]]:
+    """How an "unrecognized arguments" message shows ``words``, and the flags among
+    them (without their ``=VALUE``).
+
+    Never a value that may be a secret: ``--env HF_TOKEN=hf_...`` given where there
+    is no ``--env`` must not print the token. A flag is shown without its ``=VALUE``;
+    a word with ``=`` in it, and every word after an unknown flag (its values,
+    perhaps), is counted, not shown.
+    """
+    shown: list[str] = []
+    flags: list[str] = []
+    hidden = 0
+    for word in words:
+        if word.startswith("-") and len(word) > 1:
+            flags.append(word.partition("=")[0])
+            shown.append(escape(flags[-1]))
+        elif flags or "=" in word:
+            hidden += 1
+        else:
+            shown.append(escape(word))
+    text = " ".join(shown)
+    if hidden:
+        more = f"{hidden} more word{'s' if hidden > 1 else ''} (not shown: may be values)"
+        text = f"{text} and {more}" if text else more
+    return text, flags

@@ -529,6 +529,14 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         None,
         "--env",
     )
+    for argv in (
+        ["status", "local_cwd://s/x", "--env", f"HF_TOKEN={SECRET}"],
+        ["list", f"--token={SECRET}"],
+        ["list", "--token", SECRET],
+        ["run", "--env", f"HF_TOKEN={SECRET}", "--dryrun", *DDP],
+        [f"--env=HF_TOKEN={SECRET}"],
+    ):
+        yield f"secret-verb-{'-'.join(argv)[:20]}", argv, None, "unrecognized"
     for env in (f"={SECRET}", SECRET, f"1BAD={SECRET}", f"A-B={SECRET}"):
         yield f"secret-bad-env-{env[:8]}", ["run", "--dryrun", *DDP, "--env", env], None, "env"
     for key in ("ini_component_env_secret_bad_key", "ini_component_env_secret_no_key"):

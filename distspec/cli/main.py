@@ -57,6 +57,15 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            from distspec._text import unrecognized
+
+            # argparse would print every word, values included (--env HF_TOKEN=...).
+            self.error(f"unrecognized arguments: {unrecognized(list(extra))[0]}")
+        return ns
+
     def error(self, message: str) -> None:  # type: ignore[override]
         from distspec._text import escape
 

@@ -100,8 +100,11 @@ def main(args: argparse.Namespace) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for app in gone:
         print(f"{verb} {handle(app.app_id)} ({app.state.value})")
+    from distspec._text import escape
+
     for app, why in failed:
-        print(f"distspec prune: could not delete {handle(app.app_id)}: {why}", file=sys.stderr)
+        line = f"could not delete {handle(app.app_id)}: {why}"
+        print(f"distspec prune: {escape(line)}", file=sys.stderr)
     tail = f"; {len(failed)} could not be deleted (see above)" if failed else ""
     print(f"{verb} {len(gone)} run(s){tail}")
     return 1 if failed else 0

@@ -538,29 +538,12 @@ class _Parser(argparse.ArgumentParser):
 
     def _unrecognized(self, extra: list[str]) -> NoReturn:
         """Name the words that are not this component's, never a value that may be a
-        secret: ``--env HF_TOKEN=hf_...`` on a component without ``--env`` must not
-        print the token. A flag is shown without its ``=VALUE``; a word with ``=`` in
-        it, and every word after an unknown flag (its values, perhaps), is counted,
-        not shown."""
+        secret (:func:`distspec._text.unrecognized`), with a hint."""
         import difflib
 
-        from distspec._text import escape
+        from distspec._text import escape, unrecognized
 
-        shown: list[str] = []
-        hidden = 0
-        flags: list[str] = []
-        for word in extra:
-            if word.startswith("-") and len(word) > 1:
-                flags.append(word.partition("=")[0])
-                shown.append(escape(flags[-1]))
-            elif flags or "=" in word:
-                hidden += 1
-            else:
-                shown.append(escape(word))
-        text = " ".join(shown)
-        if hidden:
-            more = f"{hidden} more word{'s' if hidden > 1 else ''} (not shown: may be values)"
-            text = f"{text} and {more}" if text else more
+        text, flags = unrecognized(extra)
         hint = ""
         first = flags[0] if flags else ""
         own = {

@@ -170,6 +170,15 @@ def _cases() -> list[Case]:
                 NOWHERE,
             )
         )
+    for argv in (
+        ["status", "local_cwd://s/x", "--env", env],
+        ["list", f"--token={TOKEN}"],
+        ["list", "--token", TOKEN],
+        ["run", "--env", env, "--dryrun", *DDP],
+        [f"--env={env}"],
+        ["launch", "--bogus", TOKEN, "--", "true"],
+    ):
+        cases.append((f"verb-{'-'.join(argv[:2])[:20]}", argv, {}, {}, NOWHERE))
     for cfg in (
         f"secret_env=HF_TOKEN={TOKEN}",
         f"secret_env={TOKEN}",
