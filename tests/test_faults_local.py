@@ -700,6 +700,77 @@ def test_a_dead_supervisor_is_never_left_running(state_dir: Path, tmp_path: Path
         assert read_state(run)["state"] == "FAILED", "the reader did not record it"
 
 
+def test_a_run_whose_first_record_cannot_be_written_does_not_start(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The supervisor cannot write its first state (here state.json is a directory;
+    in life, a disk that filled up after plan.json): it tells the submitter why
+    instead of "ok" (which would leave a running job no verb can see) and leaves no
+    process behind; the submitter then removes the run directory."""
+    from distspec.schedulers import local_supervisor as sup
+
+    app_id = "app-first"
+    run = state_dir / "local_cwd" / app_id
+    (run / "logs").mkdir(parents=True)
+    (run / "state.json").mkdir()
+    replica = {
+        "id": 0,
+        "argv": ["sleep", "60"],
+        "env": {},
+        "cwd": None,
+        "prepend_cwd": False,
+        "stdout": "logs/r-0.stdout",
+        "stderr": "logs/r-0.stderr",
+        "log": "logs/r-0.log",
+    }
+    plan = {
+        "version": 1,
+        "app_id": app_id,
+        "app_name": "a",
+        "options": {"grace_period": 1},
+        "roles": [
+            {
+                "name": "r",
+                "num_replicas": 1,
+                "max_retries": 0,
+                "retry_policy": "application",
+                "replicas": [replica],
+            }
+        ],
+    }
+    (run / "plan.json").write_text(json.dumps(plan))
+    ready_r, ready_w = os.pipe()
+    subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            sup.SUPERVISOR_MAIN,
+            os.path.dirname(sup.__file__),
+            "--ready-fd",
+            str(ready_w),
+            "--cwd",
+            str(tmp_path),
+            str(run),
+        ],
+        env=dict(os.environ, DISTSPEC_APP_ID=app_id),
+        pass_fds=(ready_w,),
+        check=True,
+        timeout=30,
+    )
+    os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as ready:
+        answer = ready.read()
+    try:
+        assert answer.startswith(b"error: cannot write state.json: Is a directory"), answer
+        until(lambda: marked(app_id) == [], "every process of the run to end", 20)
+    finally:
+        from distspec.schedulers.local_supervisor import hunt
+
+        hunt(app_id)
+
+
 # -- interrupted submits (Ctrl-C at any moment) ---------------------------------------
 
 

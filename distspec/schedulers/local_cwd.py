@@ -339,6 +339,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
             os.close(log)
         with os.fdopen(ready_r, "rb") as ready:
             answer = _read_with_timeout(ready, START_TIMEOUT)
+        if answer.startswith(b"error: "):
+            # The supervisor could not write the first state (a full disk): an OSError,
+            # so that submit reports it in one line and removes everything.
+            raise OSError(0, answer[7:].decode(errors="replace").strip())
         if returncode != 0 or answer != b"ok\n":
             log_text = (run_dir / "supervisor.log").read_text(errors="replace")
             raise SchedulerError(

@@ -1153,10 +1153,10 @@ class Supervisor:
         self.reaped: dict[int, int] = {}
         for r in self.replicas:
             self.start(r, msg_w, wake)
-        self.write_state()
+        recorded = self.write_state()
         if ready_fd is not None:
             try:
-                os.write(ready_fd, b"ok\n")
+                os.write(ready_fd, b"ok\n" if recorded else f"error: {self.write_error}\n".encode())
             except OSError:
                 # The submitter is gone (Ctrl-C): it kills this run and removes its
                 # directory unless it read "ok"; never crash on it (BrokenPipeError).
@@ -1164,6 +1164,14 @@ class Supervisor:
             finally:
                 os.close(ready_fd)
                 wake.remove(ready_fd)
+            if not recorded:
+                # A run without a record could be neither followed nor cancelled: the
+                # submitter, told why, removes its directory; nothing of it is left.
+                _kill_tree(set(), self.reaped)
+                release_reserve(self.run_dir)
+                if alive is not None:
+                    os.close(alive)
+                return 1
 
         poller = select.poll()
         poller.register(wake_r, select.POLLIN)
