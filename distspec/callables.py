@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from distspec.errors import CallableError, RemoteError, UsageError
+from distspec.errors import ArgumentError, CallableError, RemoteError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ __all__ = [
 
 #: How many log lines a "died without a result" error quotes.
 TAIL_LINES = 20
+#: What a failed rank's result record holds (see distspec.runtime.call).
+_ERROR_KEYS = ("ok", "type", "message", "traceback", "rank", "host", "phase", "time")
 #: Phases in which a rank fails because of a peer (see distspec.runtime.call).
 _PEER_PHASES = ("init", "finish")
 
@@ -190,6 +192,77 @@ def _k8s_job_dir(request: Request) -> str:
     return f"{str(job_dir).rstrip('/')}/{request.app_id}"
 
 
+#: The most a callable's record may hold (a real one is a few hundred bytes).
+_RECORD_LIMIT = 64 * 1024
+
+
+def _read_record(path: str, handle: str, state_dir: str) -> dict[str, Any]:
+    """The record :func:`submit` wrote for ``handle``, checked field by field.
+
+    Raises:
+        CallableError: there is none, or it is damaged: not a regular file (a FIFO is
+            never opened for a blocking read), too long, not UTF-8 JSON, not an object,
+            or a field missing or of the wrong type.
+    """
+    import stat
+
+    from distspec._arguments import show
+
+    shown = show(handle, 200)
+
+    def damaged(why: str) -> CallableError:
+        return CallableError(
+            f"{shown}: the callable's record {show(path, 200)} is damaged ({why}); "
+            "it was not written by distspec.submit or was changed since: submit the "
+            "function again"
+        )
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise CallableError(
+            f"{shown}: no callable was submitted under this handle from state dir {state_dir}"
+        ) from None
+    except OSError as e:
+        raise damaged(f"cannot open it: {e.strerror or type(e).__name__}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise damaged(kind)
+        if info.st_size > _RECORD_LIMIT:
+            raise damaged(f"{info.st_size} bytes, a record is at most {_RECORD_LIMIT}")
+        try:
+            raw = os.read(fd, _RECORD_LIMIT + 1)
+        except OSError as e:
+            raise damaged(f"cannot read it: {e.strerror or type(e).__name__}") from None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise damaged("not UTF-8") from None
+    except ValueError as e:
+        raise damaged(f"not JSON: {e}" if raw.strip() else "empty") from None
+    if not isinstance(data, dict):
+        raise damaged(f"a JSON {type(data).__name__}, not an object")
+    for key, want in (("job_dir", str), ("nodes", int), ("nproc_per_node", int), ("role", str)):
+        if key not in data:
+            raise damaged(f"no {key!r}")
+        value = data[key]
+        if want is int and (type(value) is not int or value < 1):
+            raise damaged(f"{key!r} is {show(value)}, not a positive int")
+        if want is str and (not isinstance(value, str) or not value):
+            raise damaged(f"{key!r} is {show(value)}, not a non-empty string")
+    return data
+
+
+def _timeout(value: Any, where: str) -> float | None:
+    from distspec._arguments import timeout
+
+    return timeout(value, where)
+
+
 # --------------------------------------------------------------------- Job
 
 
@@ -253,31 +326,37 @@ class Job:
 
         Raises:
             HandleError: a malformed handle.
+            ArgumentError: ``handle`` is not a str or AppHandle, ``runner`` not a Runner.
+            SchedulerNotFound: the handle names no scheduler distspec knows.
             CallableError: no callable was submitted under this handle from this state
-                directory.
+                directory, or its record there is damaged (not a file, not JSON, fields
+                missing or of the wrong type).
         """
+        from distspec import _arguments as check
         from distspec.specs.handles import AppHandle
 
-        h = AppHandle.parse(handle) if isinstance(handle, str) else handle
+        where = "Job.from_handle"
+        if isinstance(handle, str):
+            h = AppHandle.parse(handle)
+        elif isinstance(handle, AppHandle):
+            h = handle
+        else:
+            check.fail(where, "handle", handle, "give a handle string (SCHEDULER://SESSION/APP_ID)")
         if runner is None:
             from distspec.runner import Runner
 
             runner = Runner(session=h.session)
+        _check_runner(runner, where)
+        if h.scheduler not in runner.registry.names():
+            runner.registry.get(h.scheduler)  # SchedulerNotFound, with a did-you-mean
         path = _record_path(runner, h.scheduler, h.app_id)
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise CallableError(
-                f"{h.format()}: no callable was submitted under this handle from state dir "
-                f"{runner.config.state_dir}"
-            ) from None
+        data = _read_record(path, h.format(), runner.config.state_dir)
         return cls(
             h.format(),
             job_dir=data["job_dir"],
-            nodes=int(data["nodes"]),
-            nproc_per_node=int(data["nproc_per_node"]),
-            role=str(data["role"]),
+            nodes=data["nodes"],
+            nproc_per_node=data["nproc_per_node"],
+            role=data["role"],
             runner=runner,
         )
 
@@ -298,7 +377,10 @@ class Job:
         """Block until the job ends, or ``timeout`` seconds; returns its status.
 
         Ctrl-C (KeyboardInterrupt) while waiting cancels the job, then is re-raised.
+        ArgumentError for a ``timeout`` that is not None or a finite number >= 0
+        (``result``, ``results`` and ``exception`` check theirs here too).
         """
+        timeout = _timeout(timeout, "Job.wait")
         if self._status is not None and self._status.is_terminal:
             return self._status
         try:
@@ -324,9 +406,16 @@ class Job:
     def logs(self, rank: int | None = None, *, tail: int | None = None) -> str:
         """The job's log text; with ``rank``, only that rank's lines (torchrun prefixes
         each worker line with ``[rank<N>]:``) and the lines of its node
-        that belong to no rank."""
-        if rank is not None and not 0 <= rank < self.world_size:
-            raise UsageError(f"rank {rank} is not in 0..{self.world_size - 1}")
+        that belong to no rank; ``tail``: only the last N lines.
+
+        Raises:
+            ArgumentError: ``rank`` is not an int in 0..world_size-1, or ``tail`` not an
+                int >= 0 (None is allowed for both).
+        """
+        from distspec import _arguments as check
+
+        rank = check.integer(rank, "Job.logs", "rank", lo=0, hi=self.world_size - 1, optional=True)
+        tail = check.integer(tail, "Job.logs", "tail", lo=0, optional=True)
         replica = None if rank is None else rank // self.nproc_per_node
         lines = []
         for line in self.runner.log_lines(self.handle, self.role, replica):
@@ -351,12 +440,27 @@ class Job:
 
         from distspec.runtime.call import join, read_bytes, result_file
 
+        path = join(self.job_dir, result_file(rank))
         try:
-            data = read_bytes(join(self.job_dir, result_file(rank)))
+            data = read_bytes(path)
         except FileNotFoundError:
             return None
-        record: dict[str, Any] = cloudpickle.loads(data)
-        return record
+        try:
+            record = cloudpickle.loads(data)
+        except Exception as e:
+            why = f"it does not unpickle: {type(e).__name__}: {e}"
+        else:
+            keys = ("ok", "value") if isinstance(record, dict) and record.get("ok") else _ERROR_KEYS
+            if isinstance(record, dict) and all(k in record for k in keys):
+                return record
+            why = "it is not a result record"
+        from distspec._arguments import show
+
+        raise RemoteError(
+            f"{self.handle}: rank {rank}'s result file {show(path, 200)} is damaged ({why}); "
+            "it was changed after the job wrote it",
+            rank=rank,
+        ) from None
 
     def _finished(self, timeout: float | None) -> AppStatus:
         status = self.wait(timeout)
@@ -372,9 +476,11 @@ class Job:
                 rank, host and traceback), or died without a result (its exit code and
                 last log lines), or the job was cancelled.
             TimeoutError: the job had not ended after ``timeout`` seconds.
+            ArgumentError: ``timeout`` is not None or a finite number >= 0.
         """
         from distspec.specs.state import AppState
 
+        timeout = _timeout(timeout, "Job.result")
         status = self._finished(timeout)
         if status.state is AppState.SUCCEEDED:
             record = self._read(0)
@@ -384,10 +490,12 @@ class Job:
 
     def results(self, timeout: float | None = None) -> list[Any]:
         """Every rank's return value, in rank order; raises as :meth:`result`."""
+        timeout = _timeout(timeout, "Job.results")
         return self._values(self._finished(timeout))
 
     def exception(self, timeout: float | None = None) -> RemoteError | None:
         """The RemoteError :meth:`results` would raise, or None."""
+        timeout = _timeout(timeout, "Job.exception")
         try:
             self.results(timeout)
         except RemoteError as e:
@@ -533,6 +641,154 @@ def _remote_error(record: Mapping[str, Any], handle: str) -> RemoteError:
     return err
 
 
+# --------------------------------------------------------------------- arguments
+
+#: submit's own keywords (distributed's too); dist.fn's other parameters go in options.
+SETTINGS = ("j", "scheduler", "cfg", "seed", "groups", "timeout", "backend", "options", "runner")
+#: dist.fn parameters that are not options: the function itself travels pickled.
+_CLI_ONLY = ("fn", "fn_args")
+
+
+def _check_runner(runner: Any, where: str) -> None:
+    from distspec.runner import Runner
+
+    if not isinstance(runner, Runner):
+        from distspec._arguments import fail
+
+        fail(where, "runner", runner, "give a distspec.runner.Runner or None")
+
+
+def _fn_params() -> dict[str, Any]:
+    """dist.fn's parameters as the binder reads them (one source of truth for types)."""
+    from distspec.components.binder import params
+    from distspec.components.fn import fn as fn_component
+    from distspec.components.loader import Component
+
+    return {p.name: p for p in params(Component.of("dist.fn", fn_component))}
+
+
+def _check_option(param: Any, value: Any, where: str, key: str) -> Any:
+    """One ``options`` value in the type of dist.fn's parameter ``param``."""
+    from distspec import _arguments as check
+    from distspec.components.binder import Kind
+
+    arg = f"options[{key!r}]"
+    if value is None:
+        if param.optional:
+            return None
+        check.fail(where, arg, value, "may not be None")
+    kind = param.kind
+    if kind is Kind.STR:
+        text = check.string(value, where, arg, empty=param.default == "")
+        if text is not None and not text.isprintable():
+            check.fail(where, arg, value, "control characters are not allowed")
+        return text
+    if kind is Kind.INT:
+        return check.integer(value, where, arg)
+    if kind is Kind.FLOAT:
+        return check.number(value, where, arg, unit="units")
+    if kind is Kind.BOOL:
+        if not isinstance(value, bool):
+            check.fail(where, arg, value, f"give True or False, not {check.kind(value)}")
+        return value
+    if kind is Kind.LIST:
+        items = check.sequence(value, where, arg)
+        for i, item in enumerate(items):
+            check.string(item, where, f"{arg}[{i}]")
+        return list(items)
+    if kind is Kind.DICT:
+        # env values may be secrets (tokens): never shown.
+        pairs = check.mapping(value, where, arg, optional=False)
+        for name, item in pairs.items():
+            if not isinstance(item, str):
+                check.fail(
+                    where,
+                    f"{arg}[{name!r}]",
+                    item,
+                    f"give a str, not {check.kind(item)}",
+                    secret=True,
+                )
+        return pairs
+    check.fail(where, arg, value, f"dist.fn's {key} cannot be set from Python")
+
+
+def _check_settings(
+    where: str,
+    *,
+    j: Any,
+    scheduler: Any,
+    cfg: Any,
+    seed: Any,
+    groups: Any,
+    timeout: Any,
+    backend: Any,
+    options: Any,
+    runner: Any,
+) -> dict[str, Any]:
+    """submit's keywords checked and normalised: each wrong type or value raises
+    ArgumentError (TopologyError for a ``j`` string that does not parse), naming it."""
+    from distspec import _arguments as check
+    from distspec.components import fn as fnc
+    from distspec.specs.options import did_you_mean
+    from distspec.specs.topology import Topology
+
+    j = check.string(j, where, "j", limit=64)
+    topology = Topology.parse(j)
+    scheduler = check.string(scheduler, where, "scheduler", optional=True)
+    cfg = check.mapping(cfg, where, "cfg")
+    seed = check.integer(seed, where, "seed", lo=0, hi=fnc.MAX_SEED, optional=True)
+    timeout = check.number(
+        timeout, where, "timeout", positive=True, optional=True, hi=fnc.MAX_TIMEOUT
+    )
+    backend = check.string(backend, where, "backend", optional=True)
+    if backend is not None and (problem := fnc.backend_problem(backend)):
+        check.fail(where, "backend", backend, problem)
+    ranks: list[tuple[int, ...]] = []
+    for i, group in enumerate(check.sequence(groups, where, "groups")):
+        members = check.sequence(group, where, f"groups[{i}]")
+        ranks.append(
+            tuple(
+                check.integer(r, where, f"groups[{i}][{k}]", lo=0) or 0
+                for k, r in enumerate(members)
+            )
+        )
+    if problem := fnc.groups_problem(ranks, topology):
+        check.fail(where, "groups", groups, problem)
+    given = check.mapping(options, where, "options")
+    known = _fn_params()
+    checked: dict[str, Any] = {}
+    for key, value in given.items():
+        if key in SETTINGS:
+            check.fail(where, f"options[{key!r}]", value, f"pass {key}= to submit itself")
+        if key in _CLI_ONLY or key not in known:
+            names = [n for n in known if n not in SETTINGS and n not in _CLI_ONLY]
+            why = (
+                "is for the command line: submit sends the function and its arguments"
+                if key in _CLI_ONLY
+                else f"is not a dist.fn parameter{did_you_mean(key, names)}"
+            )
+            raise ArgumentError(
+                f"{where}: options key {check.show(key)} {why}; options takes {', '.join(names)}",
+                argument="options",
+                value=check.show(key),
+            )
+        checked[key] = _check_option(known[key], value, where, key)
+    if runner is not None:
+        _check_runner(runner, where)
+    return {
+        "j": j,
+        "topology": topology,
+        "scheduler": scheduler,
+        "cfg": cfg,
+        "seed": seed,
+        "groups": tuple(ranks),
+        "timeout": timeout,
+        "backend": backend,
+        "options": checked,
+        "runner": runner,
+    }
+
+
 # --------------------------------------------------------------------- submit
 
 
@@ -581,24 +837,18 @@ def submit(
         kwargs: the function's keyword arguments.
 
     Raises:
-        CallableError: ``fn`` or an argument cannot be pickled, or the job directory
-            cannot be written (nothing is left running).
-        UsageError: a bad topology, scheduler, option or component parameter.
+        ArgumentError: an argument of the wrong type or value (``j=2``, ``seed=-1``,
+            ``timeout=float("nan")``, ``groups`` that overlap or miss a rank, an
+            unknown ``options`` key or ``backend``, ...); the message names it.
+        CallableError: ``fn`` is not callable, or it or an argument cannot be pickled,
+            or the job directory cannot be written (nothing is left running).
+        UsageError: a bad topology string, an unknown scheduler or run option (``cfg``),
+            or a component parameter the component refuses (``options={"cpu": -1}``).
+
+    Nothing is submitted or written when any of these is raised before submitting.
     """
-    call = compile_call(
-        fn,
-        args,
-        kwargs,
-        j=j,
-        scheduler=scheduler,
-        cfg=cfg,
-        seed=seed,
-        groups=groups,
-        timeout=timeout,
-        backend=backend,
-        options=options,
-        runner=runner,
-    )
+    settings = _settings_of(locals())
+    call = _compile(fn, args, kwargs, where="distspec.submit", **settings)
     runner, request = call.runner, call.request
     early_dir = None
     if request.scheduler == "kubernetes":
@@ -669,43 +919,61 @@ def compile_call(
     :func:`submit`, whose arguments these are); nothing is written or submitted.
 
     Raises:
-        CallableError: ``fn`` or an argument cannot be pickled.
-        UsageError: a bad topology, scheduler, option or component parameter.
+        CallableError: ``fn`` is not callable, or it or an argument cannot be pickled.
+        UsageError: as :func:`submit` (ArgumentError for an argument of the wrong
+            type or value).
     """
+    return _compile(fn, args, kwargs, where="compile_call", **_settings_of(locals()))
+
+
+def _settings_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """submit's keywords out of a caller's ``locals()``."""
+    return {key: values[key] for key in SETTINGS}
+
+
+def _compile(fn: Any, args: Any, kwargs: Any, *, where: str, **settings: Any) -> CompiledCall:
+    """compile_call's work; ``where`` names the public function in messages."""
+    from distspec import _arguments as check
+
     if not callable(fn):
-        raise CallableError(f"submit() needs a callable, got {type(fn).__name__}")
+        raise CallableError(
+            f"{where}: fn={check.show(fn)}: give a function (or any callable), not {check.kind(fn)}"
+        )
+    args = check.sequence(args, where, "args")
+    kwargs = check.mapping(kwargs, where, "kwargs")
+    s = _check_settings(where, **settings)
     from distspec.components.fn import fn as fn_component
     from distspec.components.fn import format_groups, job_name
 
-    payload = pickle_call(fn, args, kwargs or {})
+    runner = s["runner"]
     if runner is None:
         from distspec.runner import Runner
 
         runner = Runner()
-    scheduler = scheduler or runner.config.scheduler
-    params: dict[str, Any] = dict(options or {})
-    params.setdefault("name", job_name(getattr(fn, "__name__", "fn")))
+    scheduler = s["scheduler"] or runner.config.scheduler
+    params: dict[str, Any] = dict(s["options"])
+    if params.get("name") is None:
+        params["name"] = job_name(getattr(fn, "__name__", "fn"))
     app = fn_component(
-        j=j,
-        seed=seed,
-        groups=format_groups([list(g) for g in groups]) if groups else None,
-        timeout=timeout,
-        backend=backend,
+        j=s["j"],
+        seed=s["seed"],
+        groups=format_groups(list(s["groups"])) if s["groups"] else None,
+        timeout=s["timeout"],
+        backend=s["backend"],
         **params,
     )
-    request = runner.dryrun(app, scheduler, cfg)
-    role = app.roles[0]
-    from distspec.specs.topology import Topology
-
+    request = runner.dryrun(app, scheduler, s["cfg"])
+    # Pickled last: a usage mistake above is reported without the cost of pickling.
+    payload = pickle_call(fn, args, kwargs)
     # dist.fn reads -j as dist.ddp does: a bare M is one node of M processes, GPUs or not.
-    topology = Topology.parse(j)
+    topology = s["topology"]
     return CompiledCall(
         request=request,
         payload=payload,
         runner=runner,
         nodes=topology.nodes,
         nproc_per_node=topology.nproc_per_node,
-        role=role.name,
+        role=app.roles[0].name,
     )
 
 
@@ -735,7 +1003,22 @@ class DistributedFunction:
         functools.update_wrapper(self, fn)
 
     def submit(self, *args: Any, **kwargs: Any) -> Job:
-        """Submit ``fn(*args, **kwargs)`` with the decorator's settings; returns at once."""
+        """Submit ``fn(*args, **kwargs)`` with the decorator's settings; returns at once.
+
+        Raises:
+            ArgumentError: a keyword named like one of submit's own (``j``, ``seed``,
+                ...): the decorator's settings hold those; bind such an argument of the
+                function with functools.partial.
+        """
+        clash = sorted(set(kwargs) & set(SETTINGS))
+        if clash:
+            name = getattr(self.fn, "__name__", "the function")
+            raise ArgumentError(
+                f"{name}.submit: keyword {clash[0]!r} is one of distspec.submit's own "
+                f"({', '.join(SETTINGS)}), set by @distributed(...); pass such an argument "
+                "of the function positionally or bind it with functools.partial",
+                argument=clash[0],
+            )
         return submit(self.fn, *args, **self.settings, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -757,20 +1040,33 @@ def distributed(
 ) -> Callable[[Callable[..., Any]], DistributedFunction]:
     """Decorator: ``@distributed(j="2x4", scheduler="slurm")``; the arguments are
     :func:`submit`'s. Calling the decorated function submits it and returns rank 0's
-    result; ``.submit(*args)`` returns the :class:`Job`."""
-    settings = {
-        "j": j,
-        "scheduler": scheduler,
-        "cfg": cfg,
-        "seed": seed,
-        "groups": groups,
-        "timeout": timeout,
-        "backend": backend,
-        "options": options,
-        "runner": runner,
-    }
+    result; ``.submit(*args)`` returns the :class:`Job`.
+
+    Raises:
+        UsageError: as :func:`submit`, at the decorator: a setting of the wrong type or
+            value, or an unknown scheduler (ArgumentError, TopologyError,
+            SchedulerNotFound); CallableError when what it decorates is not callable.
+    """
+    settings = _settings_of(locals())
+    where = "distspec.distributed"
+    _check_settings(where, **settings)
+    if scheduler is not None:
+        registry = runner.registry if runner is not None else None
+        if registry is None:
+            from distspec.schedulers._registry import SchedulerRegistry
+
+            registry = SchedulerRegistry()
+        if scheduler not in registry.names():
+            registry.get(scheduler)  # SchedulerNotFound, with a did-you-mean
 
     def wrap(fn: Callable[..., Any]) -> DistributedFunction:
+        if not callable(fn):
+            from distspec import _arguments as check
+
+            raise CallableError(
+                f"{where}: decorates a function (or any callable), not {check.kind(fn)} "
+                f"{check.show(fn)}"
+            )
         return DistributedFunction(fn, settings)
 
     return wrap

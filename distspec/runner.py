@@ -127,6 +127,8 @@ class Runner:
         registry: SchedulerRegistry | None = None,
         run_cmd: CommandRunner | None = None,
     ) -> None:
+        if session is not None:
+            _check_session(session)
         if config is None:
             from distspec.config import load_config
 
@@ -143,6 +145,10 @@ class Runner:
 
     def scheduler(self, name: str) -> Scheduler[Any]:
         """The backend called ``name``, created once per Runner."""
+        if not isinstance(name, str):
+            from distspec._arguments import fail
+
+            fail("Runner", "scheduler", name, "give a scheduler name (a str)")
         sched = self._schedulers.get(name)
         if sched is None:
             cls = self.registry.get(name)
@@ -154,8 +160,19 @@ class Runner:
         return sched
 
     def options(self, scheduler: str, cfg: Mapping[str, Any] | None = None) -> Any:
-        """Typed options: config layers, then ``cfg`` on top; errors name their source."""
+        """Typed options: config layers, then ``cfg`` on top; errors name their source.
+
+        Raises:
+            ArgumentError: ``cfg`` is not a mapping with str keys.
+            OptionError: an unknown option (with a did-you-mean), or a value that does
+                not parse or whose Python type cannot mean the option's (``True`` for a
+                number, ``3.5`` for an integer).
+        """
+        from distspec import _arguments
+
         sched = self.scheduler(scheduler)
+        cfg = _arguments.mapping(cfg, "Runner", "cfg")
+        _arguments.cfg_values(cfg, sched.run_opts(), scheduler)
         merged: dict[str, Any] = {}
         for source, values in self.config.scheduler_layers(scheduler):
             try:
@@ -180,7 +197,19 @@ class Runner:
         *,
         app_id: str | None = None,
     ) -> Request:
-        """Compile without submitting: the Request's ``render()`` is what would be submitted."""
+        """Compile without submitting: the Request's ``render()`` is what would be submitted.
+
+        Raises:
+            ArgumentError: ``app`` is not an AppDef or ``app_id`` not a str.
+        """
+        if not isinstance(app, AppDef):
+            from distspec._arguments import fail, kind
+
+            fail("Runner", "app", app, f"give an AppDef (a component's result), not {kind(app)}")
+        if app_id is not None:
+            from distspec._arguments import string
+
+            string(app_id, "Runner", "app_id", limit=253)
         sched = self.scheduler(scheduler)
         opts = self.options(scheduler, cfg)
         request = sched.compile(app, opts, app_id=app_id or new_app_id(app.name))
@@ -188,6 +217,15 @@ class Runner:
         return request
 
     def submit(self, request: Request) -> AppHandle:
+        """Submit what :meth:`dryrun` compiled; returns the handle."""
+        from distspec.schedulers.api import Request
+
+        if not isinstance(request, Request):
+            from distspec._arguments import fail, kind
+
+            fail(
+                "Runner.submit", "request", request, f"give a dryrun's Request, not {kind(request)}"
+            )
         sched = self.scheduler(request.scheduler)
         sched.preflight(request)
         _log(
@@ -224,10 +262,16 @@ class Runner:
                 (``--help`` among ``args`` is also refused: there is no terminal to show it).
             UsageError: any other usage mistake (unknown scheduler or option, ...).
         """
+        from distspec import _arguments as check
         from distspec.components.binder import ComponentHelp
         from distspec.components.loader import load
         from distspec.errors import ComponentError
 
+        where = "Runner.run_component"
+        check.string(component, where, "component")
+        for i, arg in enumerate(check.sequence(args, where, "args")):
+            check.string(arg, where, f"args[{i}]", empty=True)
+        check.string(scheduler, where, "scheduler", optional=True)
         loaded = load(component)
         scheduler = scheduler or self.config.scheduler
         try:
@@ -274,10 +318,14 @@ class Runner:
             raise
 
     def _resolve(self, handle: AppHandle | str) -> tuple[AppHandle, Scheduler[Any]]:
-        if isinstance(handle, str):
-            from distspec.specs.handles import AppHandle
+        from distspec.specs.handles import AppHandle
 
+        if isinstance(handle, str):
             handle = AppHandle.parse(handle)
+        elif not isinstance(handle, AppHandle):
+            from distspec._arguments import fail
+
+            fail("Runner", "handle", handle, "give a handle string (SCHEDULER://SESSION/APP_ID)")
         return handle, self.scheduler(handle.scheduler)
 
     def status(self, handle: AppHandle | str) -> AppStatus:
@@ -305,7 +353,14 @@ class Runner:
             TimeoutError: ``timeout`` seconds passed and the app has not ended (it keeps
                 running; call ``wait`` again or ``cancel`` it).
             AppNotFound: the scheduler has no record of the app.
+            ArgumentError: ``timeout`` is not None or a finite number >= 0, or
+                ``on_status`` is not callable.
         """
+        from distspec import _arguments
+
+        timeout = _arguments.timeout(timeout, "Runner.wait")
+        if on_status is not None and not callable(on_status):
+            _arguments.fail("Runner.wait", "on_status", on_status, "give a function or None")
         h, sched = self._resolve(handle)
         status = sched.wait(h.app_id, timeout=timeout, on_status=on_status)
         if status is None:
@@ -334,6 +389,7 @@ class Runner:
         sched.cancel(h.app_id)
 
     def list(self, scheduler: str) -> list[AppSummary]:
+        """The apps ``scheduler`` knows of this session."""
         return self.scheduler(scheduler).list()
 
     def log_lines(
@@ -355,7 +411,44 @@ class Runner:
         (every line it wrote given out exactly once, restarts included). ``rank`` keeps
         the lines of one global rank (torchrun's workers; see :class:`LogLine`);
         ``tail`` the last N lines (of the selection, per replica), also when following.
+
+        Raises:
+            ArgumentError: at the call, an argument of the wrong type or value (``role``
+                not a str, ``replica``, ``tail`` or ``rank`` not an int >= 0, ``since``
+                not a number, ``regex`` not a valid regular expression).
         """
+        from distspec import _arguments as check
+
+        where = "Runner.log_lines"
+        check.string(role, where, "role", optional=True)
+        check.integer(replica, where, "replica", lo=0, optional=True)
+        check.integer(tail, where, "tail", lo=0, optional=True)
+        check.integer(rank, where, "rank", lo=0, optional=True)
+        check.number(since, where, "since", optional=True, hi=float("inf"))
+        if not isinstance(follow, bool):
+            check.fail(where, "follow", follow, f"give True or False, not {check.kind(follow)}")
+        if regex is not None:
+            check.string(regex, where, "regex", empty=True)
+            try:
+                re.compile(regex)
+            except re.error as e:
+                check.fail(where, "regex", regex, f"not a regular expression: {e}")
+        return self._log_lines(
+            handle, role, replica, regex=regex, tail=tail, since=since, follow=follow, rank=rank
+        )
+
+    def _log_lines(
+        self,
+        handle: AppHandle | str,
+        role: str | None,
+        replica: int | None,
+        *,
+        regex: str | None,
+        tail: int | None,
+        since: float | None,
+        follow: bool,
+        rank: int | None,
+    ) -> Iterator[LogLine]:
         from collections import deque
 
         from distspec.schedulers._common import split_rank
@@ -429,6 +522,17 @@ class Runner:
         # Replicas the scheduler lists only later (Kubernetes pods, an elastic job
         # growing) are looked for while following and followed too.
         yield from _interleave(targets, one, discover)
+
+
+def _check_session(session: object) -> None:
+    """A session is one path-free word: it is part of ``scheduler://session/app_id``."""
+    from distspec import _arguments
+
+    text = _arguments.string(session, "Runner", "session", limit=128)
+    if text is not None and any(c == "/" or c.isspace() or not c.isprintable() for c in text):
+        _arguments.fail(
+            "Runner", "session", session, "give one word without '/', spaces or control characters"
+        )
 
 
 #: While following several replicas, how often to look for replicas not listed before.

@@ -13,17 +13,29 @@ directory), so ``distspec run dist.fn ... --dryrun`` shows what such a job submi
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
+from distspec._arguments import show
 from distspec.components import dist
 from distspec.errors import ComponentError
 from distspec.specs.app import AppDef
+from distspec.specs.topology import Topology
 
 __all__ = [
+    "BACKENDS",
+    "MAX_SEED",
     "ROLE",
     "WORKER_MODULE",
+    "backend_problem",
     "fn",
+    "fn_spec_problem",
     "format_groups",
+    "groups_problem",
     "job_name",
     "parse_groups",
+    "seed_problem",
+    "timeout_problem",
     "worker_args",
 ]
 
@@ -31,6 +43,12 @@ __all__ = [
 WORKER_MODULE = "distspec.runtime.call"
 #: The role name of a ``dist.fn`` job (its logs are ``fn-<node>.log``).
 ROLE = "fn"
+#: The process group backends ``--backend`` takes (torch.distributed's own).
+BACKENDS = ("gloo", "nccl", "xccl", "mpi", "ucc")
+#: The largest seed: torch takes a 64-bit seed, and ``--seed_per_rank`` adds the rank.
+MAX_SEED = 2**63 - 1
+#: The longest process group timeout in seconds (``datetime.timedelta``'s limit).
+MAX_TIMEOUT = 999_999_999 * 86_400.0
 
 
 def fn(
@@ -103,14 +121,21 @@ def fn(
             for the device when not given.
         timeout: the process group's timeout in seconds (the runtime's default: 1800).
     """
-    if fn is not None:
-        module, sep, attr = fn.partition(":")
-        if not sep or not module or not attr:
-            raise ComponentError(f"--fn {fn!r}: give the function as pkg.module:function")
+    # Everything the worker would only refuse once the job runs is refused here.
+    if fn is not None and (problem := fn_spec_problem(fn)):
+        raise ComponentError(f"--fn {show(fn)}: {problem}")
     if groups is not None:
-        parse_groups(groups)
-    if timeout is not None and timeout <= 0:
-        raise ComponentError(f"--timeout must be positive, got {timeout}")
+        parsed = parse_groups(groups)
+        if problem := groups_problem(parsed, Topology.parse(j)):
+            raise ComponentError(f"--groups {show(groups)}: {problem}")
+    if timeout is not None and (problem := timeout_problem(timeout)):
+        raise ComponentError(f"--timeout {show(timeout)}: {problem}")
+    if seed is not None and (problem := seed_problem(seed)):
+        raise ComponentError(f"--seed {show(seed)}: {problem}")
+    if backend is not None and (problem := backend_problem(backend)):
+        raise ComponentError(f"--backend {show(backend)}: {problem}")
+    if name is not None and not name.isprintable():
+        raise ComponentError(f"--name {show(name)}: control characters are not allowed")
     args = worker_args(
         fn=fn,
         seed=seed,
@@ -190,6 +215,73 @@ def parse_groups(text: str) -> list[list[int]]:
             raise ComponentError(f"--groups {text!r}: ranks cannot be negative")
         groups.append(ranks)
     return groups
+
+
+def fn_spec_problem(spec: str) -> str | None:
+    """Why ``spec`` is not ``pkg.module:function`` (dotted names of identifiers on both
+    sides of one colon), or None."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        return "give the function as pkg.module:function"
+    for side, text in (("module", module), ("function", attr)):
+        bad = next((p for p in text.split(".") if not p.isidentifier()), None)
+        if bad == "":
+            return f"the {side} {show(text)} has an empty part (pkg.module:function)"
+        if bad is not None:
+            where = "" if bad == text else f" in the {side} {show(text)}"
+            return f"{show(bad)}{where} is not a Python name (pkg.module:function)"
+    return None
+
+
+def groups_problem(groups: Sequence[Sequence[int]], topology: Topology) -> str | None:
+    """Why ``groups`` cannot be the subgroups of a ``topology`` job, or None: as
+    :func:`distspec.runtime.init` would refuse them (an empty group, a rank outside
+    the world, a rank in two groups, a rank in none), before the job runs. An elastic
+    job's world is only known when it runs: its ranks are checked against the largest."""
+    if not groups:
+        return None  # no subgroups: the world group only
+    world = topology.nodes * topology.nproc_per_node
+    seen: dict[int, int] = {}
+    for i, ranks in enumerate(groups):
+        if not ranks:
+            return f"group {i} is empty"
+        for rank in ranks:
+            if not 0 <= rank < world:
+                return f"rank {show(rank)} is not in 0..{world - 1} (-j {topology.format()})"
+            if rank in seen:
+                where = (
+                    f"twice in group {i}" if seen[rank] == i else f"in groups {seen[rank]} and {i}"
+                )
+                return f"rank {rank} is {where}: a rank belongs to one group"
+            seen[rank] = i
+    if not topology.elastic and len(seen) < world:
+        missing = next(r for r in range(world) if r not in seen)
+        return f"rank {missing} is in no group: the groups must cover all {world} ranks"
+    return None
+
+
+def seed_problem(seed: int) -> str | None:
+    """Why ``seed`` cannot seed torch, or None."""
+    if not 0 <= seed <= MAX_SEED:
+        return f"give an integer in 0..{MAX_SEED} (2**63-1)"
+    return None
+
+
+def timeout_problem(timeout: float) -> str | None:
+    """Why ``timeout`` cannot be a process group's timeout, or None."""
+    if not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
+        return f"give a finite number of seconds > 0, at most {MAX_TIMEOUT:g}"
+    return None
+
+
+def backend_problem(backend: str) -> str | None:
+    """Why ``backend`` is not a process group backend, or None."""
+    if backend not in BACKENDS:
+        from distspec.specs.options import did_you_mean
+
+        hint = did_you_mean(backend, BACKENDS)
+        return f"not a process group backend{hint}; known: {', '.join(BACKENDS)}"
+    return None
 
 
 def format_groups(

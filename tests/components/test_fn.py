@@ -72,7 +72,7 @@ def test_more_processes_than_gpus_is_refused() -> None:
     [
         (["--fn", "pkg.mod:train"], "train", {}),
         ([], "fn", {}),
-        (["--fn", "pkg.mod:<lambda>"], "lambda", {}),
+        (["--fn", "pkg.mod:_private"], "private", {}),  # --fn takes Python names only
         (["--name", "mine"], "mine", {}),
         (
             ["--name", "exp/run1"],
