@@ -46,6 +46,14 @@ def _log(level: int, msg: str, *args: object) -> None:
 _DEBUG, _INFO = 10, 20
 
 
+def _masked(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Options as the debug log shows them: what may be a secret (``secret_env``, not
+    yet checked, may hold a pasted token) as ``***`` (:func:`distspec.config.masked`)."""
+    from distspec.config import masked
+
+    return {k: masked(k, v) for k, v in values.items()}
+
+
 def new_app_id(app_name: str) -> str:
     """``<name>-<8 hex>``: readable, unique enough, valid in every backend after sanitising."""
     # os.urandom is what secrets.token_hex uses; importing secrets costs a dry run
@@ -183,10 +191,10 @@ class Runner:
                     where = self.config.where(source, f"scheduler:{scheduler}", e.option)
                 raise ConfigError(str(e), source=where) from None
             merged.update(values)
-            _log(_DEBUG, "%s options from %s: %s", scheduler, source, dict(values))
+            _log(_DEBUG, "%s options from %s: %s", scheduler, source, _masked(values))
         merged.update(cfg or {})
         if cfg:
-            _log(_DEBUG, "%s options from -cfg: %s", scheduler, dict(cfg))
+            _log(_DEBUG, "%s options from -cfg: %s", scheduler, _masked(cfg))
         return sched.parse_options(merged)
 
     def dryrun(

@@ -556,3 +556,47 @@ def test_empty_section_names_in_ini(header: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(cwd=tmp_path, env={"HOME": str(tmp_path)}, home=tmp_path)
     assert "names no" in str(info.value) and ".distspecconfig:3" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "files"),
+    [
+        pytest.param(
+            ["run", "-vv", "--dryrun", "-s", "kubernetes", *K8S], CONFIG_SECRET, id="ini-vv"
+        ),
+        pytest.param(
+            ["run", "-v", "--dryrun", "-s", "kubernetes", *K8S], PYPROJECT_SECRET, id="toml-v"
+        ),
+        pytest.param(
+            ["run", "-vv", "--dryrun", "-s", "kubernetes", "-cfg", f"secret_env=HF={TOKEN}", *K8S],
+            {},
+            id="cfg-vv",
+        ),
+        pytest.param(
+            [
+                "run",
+                "-vv",
+                "--dryrun",
+                "-s",
+                "kubernetes",
+                "-cfg",
+                f"secret_env=HF={TOKEN}:k",
+                *K8S,
+            ],
+            {},
+            id="cfg-ref-vv",
+        ),
+        pytest.param(["config", "-vv"], CONFIG_SECRET, id="config-vv"),
+    ],
+)
+def test_planted_secrets_in_verbose_logs(
+    argv: list[str], files: dict[str, str], tmp_path: Path
+) -> None:
+    """Secret values planted in config and -cfg, with -v/-vv logging on: never in the log lines."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    proc = _config_cli(tmp_path, home, *argv)
+    assert "DEBUG" in proc.stderr or "INFO" in proc.stderr or argv[0] == "config", proc.stderr
+    assert TOKEN not in proc.stderr, proc.stderr
