@@ -96,7 +96,18 @@ def read_bytes(path: str) -> bytes:
         with fsspec.open(path, "rb") as f:
             data: bytes = f.read()
             return data
-    with open(path, "rb") as f:
+    import stat
+
+    # Never blocks on a FIFO nor reads a device without end (/dev/zero) put there.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(22, "not a regular file", path)  # EINVAL
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    with open(fd, "rb") as f:
         return f.read()
 
 
