@@ -213,10 +213,12 @@ def warn_if_used(config: Config) -> None:
         return
     import logging
 
+    from distspec._text import escape
+
     parts = []
     for path, keys in used.items():
         shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-        parts.append(f"{path}: {shown}")
+        parts.append(escape(f"{path}: {shown}"))
     logging.getLogger("distspec.config").warning(
         "distspec: warning: using TorchX settings as the lowest config layer (%s); "
         "convert them with `distspec configure --from-torchx`, or set "

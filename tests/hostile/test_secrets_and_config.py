@@ -600,3 +600,17 @@ def test_planted_secrets_in_verbose_logs(
     proc = _config_cli(tmp_path, home, *argv)
     assert "DEBUG" in proc.stderr or "INFO" in proc.stderr or argv[0] == "config", proc.stderr
     assert TOKEN not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("bad", ["\x1b[2J", "\u202e", "\r", "\u2066"], ids=repr)
+def test_control_characters_in_the_torchx_warning(bad: str, tmp_path: Path) -> None:
+    """A .torchxconfig whose section or key holds a control character or bidi override: the warning line shows it escaped."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / ".torchxconfig").write_text(
+        f"[slurm]\npartition = gpu\n[my{bad}sched]\nk{bad}ey = 1\n"
+    )
+    proc = _config_cli(tmp_path, home, "config")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" in proc.stderr and "sched" in proc.stderr, proc.stderr
+    assert not _UNSAFE & set(proc.stderr), repr(proc.stderr)
