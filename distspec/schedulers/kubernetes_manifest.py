@@ -538,6 +538,22 @@ def _meta(name: str, opts: KubernetesOptions, labels: Mapping[str, str]) -> dict
     return meta
 
 
+#: torch's opt-out of sharing the rendezvous TCPStore with the workers.
+SHARED_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def _replaces_pods(role: Role, opts: KubernetesOptions) -> bool:
+    """Whether a failed pod of ``role`` is replaced alone while the others run on: a
+    multi-node torchrun role with retries under a plain Job (JobSet and Volcano
+    restart the whole job instead)."""
+    return (
+        opts.flavor is Flavor.JOB
+        and role.max_retries > 0
+        and role.num_replicas > 1
+        and role.entrypoint == "torchrun"
+    )
+
+
 def _container(
     role: Role,
     app: AppDef,
@@ -565,6 +581,14 @@ def _container(
     env += [{"name": k, "value": _expand(v, values)} for k, v in role.env.items()]
     if opts.unbuffered and "PYTHONUNBUFFERED" not in role.env:
         env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
+    if _replaces_pods(role, opts) and SHARED_STORE_OFF not in role.env:
+        # A plain Job replaces a failed pod alone, and the new pod joins the pods that
+        # kept running in a new c10d round. torch (2.13) shares the rendezvous store
+        # with the workers by default, and then a node that was rank 0 before does not
+        # publish the workers' store address again for the new round: the new pod
+        # waits for it until the rendezvous times out. Without sharing, rank 0
+        # publishes it every round (tests/schedulers/test_kubernetes_replacement.py).
+        env.append({"name": SHARED_STORE_OFF, "value": "1"})
     if opts.job_dir:
         job_dir = opts.job_dir.rstrip("/") + "/" + Macro.APP_ID.token
         env.append({"name": "DISTSPEC_JOB_DIR", "value": _expand(job_dir, values)})
