@@ -677,6 +677,20 @@ def test_an_odd_file_beside_the_record_never_blocks(
         assert log.returncode == 0 and "Traceback" not in log.stderr, log.stderr
 
 
+def test_a_run_without_a_record_is_listed_not_hidden(state_dir: Path, tmp_path: Path) -> None:
+    """A run directory with a plan but no state.json and no supervisor (a submit
+    SIGKILLed before its clean-up) shows in `list` as UNKNOWN, with why."""
+    run = state_dir / "local_cwd" / "app-bare"
+    run.mkdir(parents=True)
+    (run / "plan.json").write_text("{}")
+    old = time.time() - 3600
+    os.utime(run / "plan.json", (old, old))
+    listing = bounded_cli("list", "-s", "local_cwd", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    row = next((line for line in listing.stdout.splitlines() if "app-bare" in line), "")
+    assert "UNKNOWN" in row and "no state.json" in row, listing.stdout
+
+
 def test_a_dead_supervisor_is_never_left_running(state_dir: Path, tmp_path: Path) -> None:
     """A record says RUNNING but its supervisor is gone, or its pid now belongs to
     another process (pid 1, started at another time): readers record a final state."""

@@ -727,6 +727,11 @@ class LocalScheduler(Scheduler[LocalOptions]):
                     found.append((0.0, self._unreadable_summary(name, e)))
                 continue
             if data is None:
+                # A run directory without a record and without a supervisor (a submit
+                # killed before its clean-up): listed as UNKNOWN rather than hidden.
+                lost = self._recordless_summary(name)
+                if lost is not None:
+                    found.append((0.0, lost))
                 continue
             created = float(data.get("created", 0.0))
             extra = {"submitted": repr(created)}
@@ -746,6 +751,23 @@ class LocalScheduler(Scheduler[LocalOptions]):
             )
         found.sort(key=lambda item: item[0], reverse=True)
         return [summary for _, summary in found]
+
+    def _recordless_summary(self, name: str) -> AppSummary | None:
+        import time
+
+        try:
+            made = os.stat(self.root / name / "plan.json").st_mtime
+        except OSError:
+            return None  # not a run directory
+        if time.time() - made < START_TIMEOUT:
+            return None  # a submit may still be starting it
+        return AppSummary(
+            app_id=name,
+            name="",
+            state=AppState.UNKNOWN,
+            detail="no state.json: its supervisor never recorded one",
+            extra=frozendict({}),
+        )
 
     def _unreadable_summary(self, name: str, error: SchedulerError) -> AppSummary:
         return AppSummary(
