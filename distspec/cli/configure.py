@@ -50,6 +50,9 @@ def render_section(scheduler: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    import os
+    import stat
+
     from distspec.errors import UsageError
 
     if args.show:
@@ -57,8 +60,6 @@ def main(args: argparse.Namespace) -> int:
 
         return show()
     if args.from_torchx:
-        import os
-
         from distspec.config_torchx import convert
 
         home = os.environ.get("HOME") or os.path.expanduser("~")
@@ -72,10 +73,20 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(section)
         return 0
     path = Path(args.output)
+    from distspec.config import read_text
+    from distspec.errors import ConfigError
+
+    mode: int | None = None  # a new file: the umask's default
+    existing = ""
     try:
-        existing = path.read_text() if path.exists() else ""
-    except (OSError, UnicodeDecodeError) as e:
-        why = getattr(e, "strerror", None) or "not UTF-8 text"
+        if os.path.lexists(path):
+            # read_text: a FIFO, a device or a huge file is refused, never waited on.
+            existing = read_text(str(path))
+            # It keeps its mode: a private config (holding secret_env) stays private.
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+    except (ConfigError, OSError) as e:
+        why = str(e).partition(f"{path}: ")[2] if isinstance(e, ConfigError) else e.strerror
+        why = (why or str(e)).removeprefix("cannot read it: ")
         raise UsageError(f"-o {path}: cannot read it: {why}") from None
     for header in headers:
         if header in existing.splitlines():
@@ -85,7 +96,11 @@ def main(args: argparse.Namespace) -> int:
     text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + section
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            f.write(text)
         tmp.replace(path)
     except OSError as e:
         tmp.unlink(missing_ok=True)  # nothing half-written is left beside the config

@@ -614,3 +614,30 @@ def test_control_characters_in_the_torchx_warning(bad: str, tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     assert "warning" in proc.stderr and "sched" in proc.stderr, proc.stderr
     assert not _UNSAFE & set(proc.stderr), repr(proc.stderr)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "zero", "huge", "socket"])
+def test_configure_into_a_path_that_is_not_a_regular_file(kind: str, tmp_path: Path) -> None:
+    """configure -o PATH where PATH is a FIFO, directory, device, socket or huge file: one line, exit 2, never a hang, nothing written."""
+    home = tmp_path / "home"
+    home.mkdir()
+    target = tmp_path / "c"
+    _make(kind, target)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = _config_cli(tmp_path, home, "configure", "-s", "slurm", "-o", "c")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1 and "-o c: cannot read it" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_configure_keeps_a_private_config_private(tmp_path: Path) -> None:
+    """configure appending to a 0600 .distspecconfig (it may hold secret_env): the file stays 0600."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = tmp_path / ".distspecconfig"
+    config.write_text("[scheduler:kubernetes]\nsecret_env = HF_TOKEN=hf-secret:token\n")
+    config.chmod(0o600)
+    proc = _config_cli(tmp_path, home, "configure", "-s", "slurm")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert "secret_env = HF_TOKEN=hf-secret:token" in config.read_text()
