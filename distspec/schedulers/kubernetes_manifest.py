@@ -287,6 +287,12 @@ def _check(app: AppDef, opts: KubernetesOptions) -> None:
                 f"flavor={opts.flavor.value} runs a fixed number of pods (completions = parallelism); "
                 "use flavor=volcano (gang-schedules minAvailable pods) or a fixed -j NxM"
             )
+        if _replaces_pods(role, opts) and _static_rendezvous(role):
+            fail(
+                f"role {role.name!r}: --max_retries with flavor=job replaces a failed pod "
+                "alone, and the static rendezvous cannot take the new pod in; use "
+                "--rdzv_backend c10d (auto does), or flavor=jobset or volcano (whole-job restarts)"
+            )
         if opts.flavor is Flavor.VOLCANO and any(
             Macro.REPLICA_ID in macros.find(v) for v in role.env.values()
         ):
@@ -551,6 +557,14 @@ def _replaces_pods(role: Role, opts: KubernetesOptions) -> bool:
         and role.max_retries > 0
         and role.num_replicas > 1
         and role.entrypoint == "torchrun"
+    )
+
+
+def _static_rendezvous(role: Role) -> bool:
+    """Whether the role's torchrun line asks for the static rendezvous."""
+    args = list(role.args)
+    return any(
+        a == "--rdzv_backend" and args[i + 1 : i + 2] == ["static"] for i, a in enumerate(args)
     )
 
 

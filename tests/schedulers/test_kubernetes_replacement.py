@@ -155,3 +155,30 @@ def test_a_replacement_pod_joins_the_pods_that_kept_running(tmp_path: Path) -> N
         assert proc.returncode == 0, f"pod {name}:\n{out[name]}"
     assert "pod 1-replacement world 2 sum 2" in out["1-replacement"], out
     assert "pod 0 world 2 sum 2" in out["0"], out
+
+
+def test_static_with_retries_on_a_plain_job_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "w.py").write_text("")
+    argv = ["run", "--dryrun", "-s", "kubernetes", "dist.ddp", "-j", "2x1", "--image", "img:1"]
+    argv += ["--max_retries", "1", "--rdzv_backend", "static", "--script", "w.py"]
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "DISTSPEC_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run(
+        [str(BIN / "distspec"), *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "static rendezvous cannot take the new pod in" in proc.stderr
+    ok = subprocess.run(
+        [str(BIN / "distspec"), *argv[:4], "-cfg", "flavor=jobset", *argv[4:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
