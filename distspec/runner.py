@@ -425,6 +425,8 @@ class Runner:
                 not a str, ``replica``, ``tail`` or ``rank`` not an int >= 0, ``since``
                 not a number, ``regex`` not a valid regular expression).
         """
+        import math
+
         from distspec import _arguments as check
 
         where = "Runner.log_lines"
@@ -432,7 +434,12 @@ class Runner:
         check.integer(replica, where, "replica", lo=0, optional=True)
         check.integer(tail, where, "tail", lo=0, optional=True)
         check.integer(rank, where, "rank", lo=0, optional=True)
-        check.number(since, where, "since", optional=True, hi=float("inf"))
+        if since is not None and (
+            isinstance(since, bool)
+            or not isinstance(since, (int, float))
+            or not math.isfinite(since)
+        ):
+            check.fail(where, "since", since, "give a time (seconds since the epoch) or None")
         if not isinstance(follow, bool):
             check.fail(where, "follow", follow, f"give True or False, not {check.kind(follow)}")
         if regex is not None:

@@ -444,6 +444,9 @@ HANDLE = "local_cwd://distspec/fn-00000000"
         pytest.param(lambda r: r.log_lines(HANDLE, rank=-1), "rank=-1", id="log-rank"),
         pytest.param(lambda r: r.log_lines(HANDLE, regex="("), "regex='('", id="log-regex"),
         pytest.param(lambda r: r.log_lines(HANDLE, since="x"), "since='x'", id="log-since"),
+        pytest.param(
+            lambda r: r.log_lines(HANDLE, since=math.nan), "since=nan", id="log-since-nan"
+        ),
         pytest.param(lambda r: r.log_lines(HANDLE, follow="no"), "follow='no'", id="log-follow"),
         pytest.param(lambda r: r.dryrun("app", "local_cwd"), "app='app'", id="dryrun-str-app"),
         pytest.param(lambda r: r.run("app", "local_cwd"), "app='app'", id="run-str-app"),
