@@ -177,7 +177,10 @@ def main(args: argparse.Namespace) -> int:
         return 130
     if args.json:
         print_json({"handle": handle.format(), "status": status.to_dict()})
-    return exit_code(runner, handle, status, time.monotonic() - began)
+    try:
+        return exit_code(runner, handle, status, time.monotonic() - began)
+    except BrokenPipeError:  # nobody reads the summary any more; the job's code still counts
+        return job_exit_code(status)
 
 
 def write_request(request: Any, output: str, *, job_dir: str | None = None) -> list[Any]:
@@ -350,6 +353,9 @@ def follow(
         gone = isinstance(e, ReaderGone)
         if pump is not None:
             pump.stopped = True
+        ended = _ended(runner, handle) if gone else None
+        if ended is not None:  # the job ended before the reader was missed: its code counts
+            return ended
         if cancel_on_interrupt:
             _cancel(runner, handle)
             if gone:
@@ -367,6 +373,15 @@ def follow(
     except ReaderGone:  # the job has ended; its exit code still counts
         pass
     return status
+
+
+def _ended(runner: Runner, handle: AppHandle) -> AppStatus | None:
+    """The job's status if it has ended, else None (also when it cannot be read)."""
+    try:
+        status = runner.status(handle)
+    except Exception:
+        return None
+    return status if status.is_terminal else None
 
 
 def _wait(runner: Runner, handle: AppHandle, display: _Display, pump: _LogPump | None) -> AppStatus:
@@ -435,6 +450,18 @@ def _where(status: AppStatus) -> list[str]:
     return lines
 
 
+def job_exit_code(status: AppStatus) -> int:
+    """What ``run --wait`` exits with for a job that ended with ``status``: 0 on
+    success, the first failed replica's exit code when it is 1-255, else 1."""
+    from distspec.specs.state import AppState
+
+    if status.state is AppState.SUCCEEDED:
+        return 0
+    failed = status.first_failure()
+    code = failed.exit_code if failed is not None else None
+    return code if code is not None and 0 < code < 256 else 1
+
+
 def exit_code(
     runner: Runner, handle: AppHandle, status: AppStatus, elapsed: float | None = None
 ) -> int:
@@ -493,9 +520,7 @@ def exit_code(
         print(line, file=err)
     more = f"--rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
     print(f"  its log:       distspec log {handle} {more}", file=err)
-    if code is not None and 0 < code < 256:
-        return code
-    return 1
+    return job_exit_code(status)
 
 
 def _print_script_output(status: AppStatus, err: TextIO, lines: int = 10) -> None:

@@ -186,3 +186,14 @@ def test_a_reader_that_goes_away_cancels_a_local_job(
     assert p.wait() == (0, 141), p.text()
     assert _gone(pid), "the job's process still runs"
     assert _cancelled(handle, tmp_path) == "CANCELLED"
+
+
+def test_a_job_that_ends_after_its_reader_left_still_gives_its_exit_code(
+    state_dir: Path, tmp_path: Path, pipelines: list[Pipeline]
+) -> None:
+    # The reader leaves after the job's first line; the job then ends with 7 without
+    # writing more, so distspec finds the pipe closed only when it sums up.
+    head = READER.replace("out.flush()", "out.flush()\n        if 'pid' in line: break")
+    p = Pipeline(tmp_path, "utils.sh", "--", "echo pid $$; sleep 3; exit 7", reader=head)
+    pipelines.append(p)
+    assert p.wait() == (0, 7), p.text()
