@@ -23,9 +23,12 @@ Where it runs, and the command it builds:
   PBS job, or --hostfile  mpiexec (MPICH/Hydra or Cray PALS flags); pbsdsh +
                           torchrun where no mpiexec is on PATH
   nowhere                 a warning, then torchrun --standalone on this host
-A CMD ending in .py gets this Python in front. The command is printed (one
-shell-quoted line) before it runs; SIGINT/SIGTERM are passed on to it, and its
-exit code is launch's. Exit 2: a usage mistake (nothing started).
+A CMD ending in .py gets this Python in front. Every process gets torchrun's
+variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...): under srun and
+mpiexec through `python -m distspec.runtime.torchrun_env CMD`. The command is
+printed (one shell-quoted line) before it runs; SIGINT/SIGTERM are passed on to
+it, and its exit code is launch's (under torchrun: the failed rank's, named with
+its host and traceback). Exit 2: a usage mistake (nothing started).
 
 examples:
   salloc -N2 --ntasks-per-node=2
@@ -85,12 +88,7 @@ def plan_from_args(
     from distspec.errors import UsageError
     from distspec.runtime.launch import Launcher, parse_j, plan_launch
 
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if command and not command[0].strip():
-        # torchrun would fail an assertion deep in its agent on an empty program.
-        raise UsageError("the command's program name is empty (an unset variable?)")
+    command = _command(args)
     nnodes, nproc = args.nnodes, args.nproc_per_node
     if args.j is not None:
         if nnodes is not None or nproc is not None:
@@ -107,15 +105,35 @@ def plan_from_args(
     )
 
 
+def _command(args: argparse.Namespace) -> list[str]:
+    from distspec.errors import UsageError
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if command and not command[0].strip():
+        # torchrun would fail an assertion deep in its agent on an empty program.
+        raise UsageError("the command's program name is empty (an unset variable?)")
+    return command
+
+
 def main(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from distspec.runtime.launch import DEFAULT_FILTERS, compile_filters, run_plan
+    from distspec.runtime.launch import (
+        DEFAULT_FILTERS,
+        check_command,
+        command_argv,
+        compile_filters,
+        run_plan,
+    )
 
     filters = [*args.filter, *(DEFAULT_FILTERS if args.filter_common else ())]
     compile_filters(filters)  # a bad regex is a usage mistake, also in a dry run
     plan = plan_from_args(args, os.environ)
+    # A missing program or script fails here, in one line, also in a dry run.
+    check_command(command_argv(_command(args), sys.executable), os.environ)
     _log_plan(plan)
     if plan.warning:
         print(plan.warning, file=sys.stderr)

@@ -280,6 +280,11 @@ def _allocation(env: _Vars) -> _Alloc:
 
 def _from_torch(env: _Vars, alloc: _Alloc) -> _Found:
     launcher = Launcher.TORCHRUN if env.has("TORCHELASTIC_RUN_ID") else Launcher.ENV
+    # distspec launch's torchrun_env set these from srun's or mpiexec's variables,
+    # and names that launcher.
+    named = env.text("DISTSPEC_LAUNCHER")
+    if named in {m.value for m in Launcher}:
+        launcher = Launcher(str(named))
     rank, world = env.need(str(launcher), "RANK", "WORLD_SIZE")
     local_rank = env.number("LOCAL_RANK")
     local_world = env.number("LOCAL_WORLD_SIZE")

@@ -10,8 +10,18 @@ is a function of recorded variables and can be tested anywhere):
    command line: ``srun`` (one task per process, or one ``torchrun`` per node),
    ``mpiexec`` (MPICH/Hydra or Cray PALS flags), ``pbsdsh`` + ``torchrun``, or
    ``torchrun --standalone`` here. A frozen :class:`LaunchPlan` holds it.
+   :func:`check_command` refuses a command that cannot start (a missing program or
+   script, a directory) before anything runs.
 3. :func:`run_plan` — run it, forward SIGINT/SIGTERM, optionally drop noise lines
-   from its output, and return its exit code.
+   from its output, and return its exit code; when torchrun reports a failed worker,
+   print that worker's rank, host and traceback (:func:`failure_report`) instead of
+   torchrun's own traceback, and return the worker's exit code, not torchrun's 1.
+
+Every process gets torchrun's environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``TORCHELASTIC_RUN_ID``, ...), whatever starts it: torchrun sets it
+itself; a task of ``srun`` or ``mpiexec`` runs the command through
+``python -m distspec.runtime.torchrun_env``, which sets the same variables from the
+task's own launcher variables and then runs it with ``exec`` (:mod:`.torchrun_env`).
 
 Processes per host, unless given: what the allocation says (``SLURM_NTASKS_PER_NODE``,
 the slots per host of the PBS nodefile, i.e. ``mpiprocs``), else its GPUs per host
@@ -35,9 +45,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, TYPE_CHECKING, TextIO
 
 from distspec.errors import RuntimeEnvError, UsageError
+from distspec.runtime import torchrun_env
 from distspec.runtime.hosts import (
     default_port,
     expand_nodelist,
@@ -45,8 +56,11 @@ from distspec.runtime.hosts import (
     tasks_per_node,
     unique_hosts,
 )
-from distspec.specs.topology import Topology
+from distspec.specs.topology import MAX_NPROC_PER_NODE, Topology
 from distspec.torchrun import TORCHRUN, torchrun_args
+
+if TYPE_CHECKING:
+    from distspec.runtime.launch_failure import TorchrunStderr
 
 __all__ = [
     "DEFAULT_FILTERS",
@@ -55,6 +69,7 @@ __all__ = [
     "Launcher",
     "Method",
     "Where",
+    "check_command",
     "command_argv",
     "compile_filters",
     "find_allocation",
@@ -100,6 +115,11 @@ class Method(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @property
+    def runs_torchrun(self) -> bool:
+        """torchrun starts the processes (and reports a failed one in its own words)."""
+        return self in (Method.SRUN_TORCHRUN, Method.PBSDSH_TORCHRUN, Method.TORCHRUN)
 
 
 #: Lines ``--filter-common`` drops: messages of the launchers themselves that say
@@ -345,6 +365,80 @@ def command_argv(command: Sequence[str], python: str) -> list[str]:
     return list(command)
 
 
+_PYTHON = re.compile(r"python[0-9.]*")
+# Options of the python command that take a value (``-X dev``, ``-W error``).
+_PYTHON_VALUED = ("-X", "-W", "-Q")
+
+
+def _python_script(argv: Sequence[str]) -> str | None:
+    """The script a ``python [OPTIONS] SCRIPT ...`` command runs, or None (``-m``,
+    ``-c``, stdin, or a program that is not Python)."""
+    if not _PYTHON.fullmatch(Path(argv[0]).name):
+        return None
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-m", "-c", "-") or arg.startswith(("-m", "-c")):
+            return None
+        if arg in _PYTHON_VALUED:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def check_command(argv: Sequence[str], environ: Mapping[str, str]) -> None:
+    """Refuse a command that cannot start, before anything runs.
+
+    ``argv`` is the command as :func:`command_argv` gives it. Its program must be an
+    executable file (a name without ``/``: found on ``environ``'s PATH); the script
+    of a ``python SCRIPT`` command must be a readable file (or a directory or zip
+    with a ``__main__.py``). Paths are relative to the current directory, where
+    every task starts.
+
+    Raises:
+        UsageError: the first thing wrong, in one line.
+    """
+    program = argv[0]
+    script = _python_script(argv)
+    try:
+        _check_program(program, environ)
+        if script is not None:
+            _check_script(script)
+    except OSError as e:  # a folder on the way that cannot be searched, say
+        raise UsageError(f"cannot use {e.filename or program!r}: {e.strerror or e}") from None
+
+
+def _check_program(program: str, environ: Mapping[str, str]) -> None:
+    if "/" not in program:
+        if shutil.which(program, path=environ.get("PATH", os.defpath)) is None:
+            raise UsageError(f"{program!r} is not a program on PATH")
+        return
+    path = Path(program)
+    if path.is_dir():
+        raise UsageError(f"{program!r} is a directory, not a program")
+    if not path.exists():
+        raise UsageError(f"{program!r} does not exist")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise UsageError(f"{program!r} is not an executable file")
+
+
+def _check_script(script: str) -> None:
+    path = Path(script)
+    if path.is_dir():
+        if not (path / "__main__.py").is_file():
+            raise UsageError(f"{script!r} is a directory, not a Python script")
+        return
+    if not path.exists():
+        raise UsageError(f"{script!r} does not exist (in {os.getcwd()!r})")
+    if not path.is_file():
+        raise UsageError(f"{script!r} is not a regular file")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot read {script!r}: {e.strerror or e}") from None
+
+
 def default_torchrun(python: str) -> str:
     """The ``torchrun`` beside ``python`` (a venv not on PATH), else ``torchrun``."""
     beside = Path(python).parent / TORCHRUN
@@ -378,19 +472,31 @@ def _choose_layout(
         raise UsageError(f"--nnodes must be at least 1, got {nnodes}")
     if nproc_per_node is not None and nproc_per_node < 1:
         raise UsageError(f"--nproc-per-node must be at least 1, got {nproc_per_node}")
+    where = {
+        Where.SLURM: f"the Slurm allocation {alloc.job_id}",
+        Where.PBS: f"the PBS job {alloc.job_id}",
+        Where.HOSTFILE: f"the host file {alloc.hostfile}",
+        Where.LOCAL: "this host (no allocation)",
+    }[alloc.where]
     if nnodes is not None and nnodes > len(available):
-        where = {
-            Where.SLURM: f"the Slurm allocation {alloc.job_id}",
-            Where.PBS: f"the PBS job {alloc.job_id}",
-            Where.HOSTFILE: f"the host file {alloc.hostfile}",
-            Where.LOCAL: "this host (no allocation)",
-        }[alloc.where]
         raise UsageError(
             f"{nnodes} nodes asked for but {where} has {len(available)}: "
             f"use -j/--nnodes {len(available)} or fewer"
         )
     hosts = available[: nnodes or len(available)]
     nproc = nproc_per_node or alloc.slots_per_host or alloc.gpus_per_host or 1
+    if nproc > MAX_NPROC_PER_NODE:
+        # The limit -j has (distspec run's too): more is a typo, refused before it
+        # starts thousands of processes.
+        raise UsageError(f"{nproc} processes per host asked for: at most {MAX_NPROC_PER_NODE}")
+    slots = alloc.slots_per_host
+    if slots and nproc > slots and alloc.where in (Where.PBS, Where.HOSTFILE):
+        # The nodefile lists each host once per MPI slot (mpiprocs, ppn): more
+        # processes than that oversubscribes what the job was given.
+        raise UsageError(
+            f"{nproc} processes per host asked for but {where} gives each host {slots} "
+            f"slots: use -j x{slots} or fewer"
+        )
     return tuple(hosts), nproc
 
 
@@ -439,6 +545,8 @@ def plan_launch(
     torchrun = torchrun or default_torchrun(python)
     which = which or _which_in(environ)
     argv_cmd = command_argv(command, python)
+    # A task of srun or mpiexec: torchrun's variables from the task's own ones.
+    as_torchrun = [python, "-m", torchrun_env.MODULE, *argv_cmd]
     alloc = find_allocation(environ, hostfile=hostfile, read_hostfile=read_hostfile)
     hosts, nproc = _choose_layout(alloc, nnodes, nproc_per_node)
     port = _int(environ, "MASTER_PORT") or default_port(alloc.job_id)
@@ -499,7 +607,7 @@ def plan_launch(
             Method.SRUN_TORCHRUN if per_node else Method.SRUN,
             [
                 *_srun(alloc, hosts, nproc, per_node=per_node),
-                *(torchrun_line(standalone=False) if per_node else argv_cmd),
+                *(torchrun_line(standalone=False) if per_node else as_torchrun),
             ],
         )
 
@@ -513,7 +621,7 @@ def plan_launch(
     if launcher is Launcher.MPIEXEC or (launcher is Launcher.AUTO and mpiexec):
         if mpiexec is None:
             raise UsageError("--launcher mpiexec: no mpiexec on PATH")
-        return plan(_mpiexec_flavour(mpiexec), _mpiexec(alloc, hosts, nproc, mpiexec, argv_cmd))
+        return plan(_mpiexec_flavour(mpiexec), _mpiexec(alloc, hosts, nproc, mpiexec, as_torchrun))
     if alloc.where is Where.HOSTFILE:
         raise UsageError(
             f"nothing to start processes on the {len(hosts)} hosts of {alloc.hostfile}: "
@@ -623,7 +731,10 @@ def run_plan(
     (srun then sees two interrupts and stops at once instead of printing its
     status). With ``filters``, the launcher's stdout and stderr go through this
     process and lines matching any of the regexes are dropped; without, the
-    launcher writes to this process's own stdout and stderr.
+    launcher writes to this process's own stdout and stderr — except torchrun's
+    stderr, which always goes through this process: when a worker fails, torchrun's
+    own traceback is replaced by :func:`~.launch_failure.failure_report` (the
+    worker's rank, host and traceback) and the exit code is the worker's.
 
     Raises:
         UsageError: a filter that is not a valid regex, or a launcher not found.
@@ -631,11 +742,18 @@ def run_plan(
     import signal
     import subprocess
 
+    from distspec.runtime.launch_failure import TorchrunStderr, failure_report
+
     patterns = compile_filters(filters)
-    pipe = subprocess.PIPE if patterns else None
+    watch = TorchrunStderr() if plan.method.runs_torchrun else None
+    pipe_out = subprocess.PIPE if patterns else None
+    pipe_err = subprocess.PIPE if patterns or watch is not None else None
     try:
         proc = subprocess.Popen(
-            list(plan.argv), env=None if env is None else dict(env), stdout=pipe, stderr=pipe
+            list(plan.argv),
+            env=None if env is None else dict(env),
+            stdout=pipe_out,
+            stderr=pipe_err,
         )
     except FileNotFoundError as e:
         raise UsageError(f"cannot run {plan.argv[0]!r}: not found on PATH") from e
@@ -646,17 +764,18 @@ def run_plan(
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        threads = []
-        if patterns:
-            import threading
+        import threading
 
-            assert proc.stdout is not None and proc.stderr is not None
-            for source, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-                thread = threading.Thread(
-                    target=_copy_lines, args=(source, sink, patterns), daemon=True
-                )
-                thread.start()
-                threads.append(thread)
+        threads = []
+        copies = [(proc.stdout, sys.stdout, None), (proc.stderr, sys.stderr, watch)]
+        for source, sink, watcher in copies:
+            if source is None:
+                continue
+            thread = threading.Thread(
+                target=_copy_lines, args=(source, sink, patterns, watcher), daemon=True
+            )
+            thread.start()
+            threads.append(thread)
         while True:
             try:
                 code = proc.wait()
@@ -668,18 +787,47 @@ def run_plan(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 128 - code if code < 0 else code
+    code = 128 - code if code < 0 else code
+    if watch is not None:
+        failure = failure_report(watch.written, watch.hidden) if code else None
+        if failure is None:
+            # No worker failure to tell (torchrun failed itself): its own words.
+            _write(sys.stderr, [f"{t}\n".encode() for t in watch.hidden])
+        else:
+            sys.stdout.flush()
+            _write(sys.stderr, [f"{t}\n".encode() for t in failure.lines])
+            code = failure.exit_code
+    return code
 
 
-def _copy_lines(source: IO[bytes], sink: TextIO, patterns: Sequence[re.Pattern[str]]) -> None:
-    """Copy ``source`` to ``sink`` line by line, without the lines a pattern matches.
+def _write(sink: TextIO, lines: Sequence[bytes]) -> None:
+    if lines:
+        sink.buffer.write(b"".join(lines))
+        sink.buffer.flush()
+
+
+def _copy_lines(
+    source: IO[bytes],
+    sink: TextIO,
+    patterns: Sequence[re.Pattern[str]],
+    watch: TorchrunStderr | None = None,
+) -> None:
+    """Copy ``source`` to ``sink`` line by line, without the lines a pattern matches,
+    and through ``watch`` (which holds back torchrun's own traceback) if given.
 
     Bytes go through unchanged (decoded leniently only to match): a stray byte in a
     child's output must not stop the copy.
     """
     for line in iter(source.readline, b""):
-        text = line.decode(errors="replace").rstrip("\r\n")
-        if any(p.search(text) for p in patterns):
-            continue
-        sink.buffer.write(line)
-        sink.buffer.flush()
+        for out in watch.feed(line) if watch is not None else [line]:
+            text = out.decode(errors="replace").rstrip("\r\n")
+            if any(p.search(text) for p in patterns):
+                continue
+            _write(sink, [out])
+    if watch is not None:
+        _write(sink, [out for out in watch.unwritten() if not _matches(out, patterns)])
+
+
+def _matches(line: bytes, patterns: Sequence[re.Pattern[str]]) -> bool:
+    text = line.decode(errors="replace").rstrip("\r\n")
+    return any(p.search(text) for p in patterns)

@@ -34,6 +34,7 @@ from distspec.runtime.launch import (
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch"
 ALLREDUCE = DATA / "allreduce.py"
+DDP_TUTORIAL = DATA / "ddp_tutorial.py"
 BIN = Path(sys.executable).parent
 PYTHON = "/opt/venv/bin/python"
 TORCHRUN = "/opt/venv/bin/torchrun"
@@ -294,10 +295,16 @@ def test_local_fallback_warns_then_runs_two_processes() -> None:
 def test_local_failing_rank_exit_code_and_sigterm(tmp_path: Path) -> None:
     env = _env(ALLREDUCE_FAIL_RANK="1", ALLREDUCE_FAIL_CODE="7")
     proc = _launch("-j", "2", "--", "python", str(ALLREDUCE), env=env)
-    # torchrun reports a failed worker as its own exit code 1 (the worker's 7 is in its
-    # error report); srun passes the task's code through (test_launch_slurm.py).
-    assert proc.returncode == 1
-    assert "exitcode  : 7" in proc.stderr
+    # torchrun itself exits 1 and prints a ChildFailedError traceback; launch exits
+    # with the worker's code and names it instead.
+    assert proc.returncode == 7, proc.stderr
+    assert "ChildFailedError" not in proc.stderr and "Root Cause" not in proc.stderr
+    assert re.search(
+        r"^distspec launch: failed: rank 1 \(local rank 1\) on \S+ exited with 7\n"
+        r"  \(it printed no traceback\)\n\Z",
+        proc.stderr,
+        re.MULTILINE,
+    ), proc.stderr
 
     pids = tmp_path / "pids"
     pids.mkdir()
@@ -323,6 +330,36 @@ def test_local_failing_rank_exit_code_and_sigterm(tmp_path: Path) -> None:
     assert code != 0  # torchrun exits non-zero when its workers are stopped by a signal
     for pid in ranks:
         assert not _alive(pid), f"rank process {pid} still running after SIGTERM to launch"
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_local_fallback_runs_a_torchrun_style_script_and_reports_its_failure() -> None:
+    """tests/data/launch/ddp_tutorial.py never imports distspec: it reads RANK,
+    LOCAL_RANK and WORLD_SIZE, init_process_group("gloo") and trains with DDP; it
+    asserts torchrun's variables itself and prints them per rank."""
+    proc = _launch("-j", "2", "--", "python", str(DDP_TUTORIAL), env=_env())
+    assert proc.returncode == 0, proc.stderr
+    ranks = sorted(
+        (json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ENV ")),
+        key=lambda r: int(r["RANK"]),
+    )
+    assert [(r["RANK"], r["LOCAL_RANK"], r["WORLD_SIZE"], r["GROUP_RANK"]) for r in ranks] == [
+        ("0", "0", "2", "0"),
+        ("1", "1", "2", "0"),
+    ]
+    assert len({(r["MASTER_ADDR"], r["MASTER_PORT"], r["TORCHELASTIC_RUN_ID"]) for r in ranks}) == 1
+
+    # Rank 1 prints a traceback and exits 7: launch exits 7, naming rank, host, traceback.
+    env = _env(DDP_FAIL_RANK="1", DDP_FAIL_CODE="7")
+    proc = _launch("-j", "2", "--", "python", str(DDP_TUTORIAL), env=env)
+    assert proc.returncode == 7, proc.stderr
+    assert "ChildFailedError" not in proc.stderr
+    report = proc.stderr[proc.stderr.index("distspec launch: failed:") :].splitlines()
+    assert re.fullmatch(r"distspec launch: failed: rank 1 \(local rank 1\) on \S+ exited with 7",
+                        report[0])  # fmt: skip
+    assert report[1:3] == ["--- rank 1: last 4 lines ---", "Traceback (most recent call last):"]
+    assert report[-2:] == ["ValueError: rank 1 is broken on purpose", "---"]
 
 
 def _alive(pid: int) -> bool:
@@ -403,7 +440,7 @@ def test_default_filters_drop_the_noise_recorded_here() -> None:
 
 def test_cli_verbose_says_what_it_found() -> None:
     env = _env(**fixture("slurm-sbatch")["environ"])  # type: ignore[arg-type]
-    proc = _launch("-v", "--dryrun", "-j", "1x2", "--", "x", env=env)
+    proc = _launch("-v", "--dryrun", "-j", "1x2", "--", "true", env=env)
     assert proc.returncode == 0, proc.stderr
     assert (
         "distspec INFO distspec.launch: slurm job 23: hosts n0 (1 of 2), 2 process(es) each, "

@@ -79,7 +79,7 @@ def test_hand_written_hostfile_runs_mpich(tmp_path: Path, mpich_path: str) -> No
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[0] == (
         f"mpiexec -n 2 -ppn 2 --hostfile {hostfile} -bind-to core:1 -genv MASTER_ADDR localhost "
-        f"python {ALLREDUCE}"
+        f"{sys.executable} -m distspec.runtime.torchrun_env python {ALLREDUCE}"
     )
     host = os.uname().nodename
     assert _results(proc.stdout) == [(0, 2, host, "mpich", 3), (1, 2, host, "mpich", 3)]
@@ -134,7 +134,8 @@ def test_pbs_job_through_slurm_wrappers_runs_mpich_on_two_nodes(
     assert rc.read_text().strip() == "0", out + err
     command = out.splitlines()[0]
     assert re.fullmatch(
-        rf"mpiexec -n 4 -ppn 2 --hostfile \S+ -genv MASTER_ADDR n0 python {re.escape(str(ALLREDUCE))}",
+        rf"mpiexec -n 4 -ppn 2 --hostfile \S+ -genv MASTER_ADDR n0 {re.escape(sys.executable)} "
+        rf"-m distspec.runtime.torchrun_env python {re.escape(str(ALLREDUCE))}",
         command,
     ), command
     assert _results(out) == [

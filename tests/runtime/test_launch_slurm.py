@@ -1,6 +1,12 @@
 """``distspec launch`` inside real allocations on the local two-node Slurm cluster.
 
-Three allocations in all (the cluster has 2 nodes x 2 CPUs and is shared):
+Four allocations in all (the cluster has 2 nodes x 2 CPUs and is shared):
+
+- one ``salloc -N2 --ntasks-per-node=2`` running a torchrun-style script that never
+  calls distspec (tests/data/launch/ddp_tutorial.py: reads RANK/LOCAL_RANK/WORLD_SIZE,
+  ``init_process_group("gloo")``, a few DDP steps, checks torchrun's variables) with
+  srun per process and with torchrun per node, then with rank 3 printing a traceback
+  and exiting 7 under torchrun: launch exits 7 and names rank 3, n1 and the traceback;
 
 - one ``salloc -N2 --ntasks-per-node=2``: the gloo all-reduce (tests/data/launch/
   allreduce.py, initialised through ``distspec.runtime.init``) with srun per process,
@@ -16,6 +22,7 @@ Three allocations in all (the cluster has 2 nodes x 2 CPUs and is shared):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -34,6 +41,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 ALLREDUCE = Path(__file__).resolve().parents[1] / "data" / "launch" / "allreduce.py"
+DDP_TUTORIAL = ALLREDUCE.with_name("ddp_tutorial.py")
 RESULT = re.compile(
     r"^allreduce rank=(\d+) world=(\d+) host=(\S+) launcher=(\S+) sum=(\d+)$", re.MULTILINE
 )
@@ -114,13 +122,88 @@ def test_salloc_srun_torchrun_and_a_failing_rank(
     )
     assert proc.returncode == 0, proc.stderr
     _check_2x2(tmp_path, "srun", "slurm")
-    assert "--cpus-per-task=1 --kill-on-bad-exit=1 python " in (tmp_path / "srun.out").read_text()
+    assert (
+        f"--cpus-per-task=1 --kill-on-bad-exit=1 {sys.executable} -m distspec.runtime.torchrun_env "
+        "python "
+    ) in (tmp_path / "srun.out").read_text()
     _check_2x2(tmp_path, "torchrun", "torchrun")
     assert " --rdzv_endpoint n0:" in (tmp_path / "torchrun.out").read_text()
     _check_2x2(tmp_path, "nested", "slurm")
     assert " --overlap --distribution=block " in (tmp_path / "nested.out").read_text()
     # srun ends the step when rank 2 exits 7, and passes its code on: so does launch.
     assert (tmp_path / "fail.rc").read_text().strip() == "7"
+
+
+def _env_lines(work: Path, name: str) -> list[dict[str, str]]:
+    out = (work / f"{name}.out").read_text()
+    err = (work / f"{name}.err").read_text()
+    assert (work / f"{name}.rc").read_text().strip() == "0", out + err
+    ranks = [json.loads(line[4:]) for line in out.splitlines() if line.startswith("ENV ")]
+    return sorted(ranks, key=lambda r: int(r["RANK"]))
+
+
+@pytest.mark.timeout(600)  # three 2x2 runs, and the shared cluster's queue before them
+def test_salloc_torchrun_style_script_under_both_launchers(
+    tmp_path: Path, env: dict[str, str], job_name: str
+) -> None:
+    def launch(*args: str, out: str) -> str:
+        cmd = ["distspec", "launch", "--filter-common", *args, "--", "python", str(DDP_TUTORIAL)]
+        return f"{shlex.join(cmd)} > {out}.out 2> {out}.err; echo $? > {out}.rc"
+
+    script = "\n".join(
+        [
+            f"cd {shlex.quote(str(tmp_path))}",
+            launch(out="srun"),
+            launch("--launcher", "torchrun", out="torchrun"),
+            "export DDP_FAIL_RANK=3 DDP_FAIL_CODE=7",
+            launch("--launcher", "torchrun", out="fail"),
+        ]
+    )
+    proc = subprocess.run(
+        ["salloc", "-N2", "--ntasks-per-node=2", "-J", job_name, "bash", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=560,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name, agent_store in (("srun", "False"), ("torchrun", "True")):
+        ranks = _env_lines(tmp_path, name)
+        layout = [(r["RANK"], r["LOCAL_RANK"], r["GROUP_RANK"], r["host"]) for r in ranks]
+        assert layout == [
+            ("0", "0", "0", "n0"),
+            ("1", "1", "0", "n0"),
+            ("2", "0", "1", "n1"),
+            ("3", "1", "1", "n1"),
+        ], (name, ranks)
+        for r in ranks:
+            assert (r["WORLD_SIZE"], r["LOCAL_WORLD_SIZE"], r["GROUP_WORLD_SIZE"]) == (
+                "4",
+                "2",
+                "2",
+            )
+            assert (r["ROLE_NAME"], r["ROLE_RANK"], r["ROLE_WORLD_SIZE"]) == (
+                "default",
+                r["RANK"],
+                "4",
+            )
+            assert (r["MASTER_ADDR"], r["TORCHELASTIC_USE_AGENT_STORE"]) == ("n0", agent_store)
+            assert r["TORCHELASTIC_RESTART_COUNT"] == r["TORCHELASTIC_MAX_RESTARTS"] == "0"
+            assert r["OMP"] == "1"
+        assert len({(r["MASTER_PORT"], r["TORCHELASTIC_RUN_ID"]) for r in ranks}) == 1
+    srun_line = (tmp_path / "srun.out").read_text().splitlines()[0]
+    assert " -m distspec.runtime.torchrun_env python " in srun_line, srun_line
+
+    # Rank 3 (n1) printed a traceback and exited 7: torchrun on n1 exited 1, srun
+    # stopped n0's torchrun; launch exits 7 and says who, where and what.
+    err = (tmp_path / "fail.err").read_text()
+    assert (tmp_path / "fail.rc").read_text().strip() == "7", err
+    assert "ChildFailedError" not in err and "SignalException" not in err, err
+    report = err[err.index("distspec launch: failed:") :].splitlines()
+    assert report[0] == "distspec launch: failed: rank 3 (local rank 1) on n1 exited with 7", err
+    assert report[1:3] == ["--- rank 3: last 4 lines ---", "Traceback (most recent call last):"]
+    assert report[-2:] == ["ValueError: rank 3 is broken on purpose", "---"], err
 
 
 def test_sbatch_both_launchers(tmp_path: Path, env: dict[str, str], job_name: str) -> None:
