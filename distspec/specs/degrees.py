@@ -113,12 +113,17 @@ class Degrees:
             key = key.strip()
             if not eq or key not in DIMS:
                 raise SpecError(
-                    f"{DEGREES_ENV}: {item!r} is not DIM=N with DIM one of {', '.join(DIMS)}"
+                    f"{DEGREES_ENV}: {item[:40]!r} is not DIM=N with DIM one of {', '.join(DIMS)}"
                 )
             if key in values:
-                raise SpecError(f"{DEGREES_ENV}: {key} is given twice in {text!r}")
-            if not value.strip().isdigit():
-                raise SpecError(f"{DEGREES_ENV}: {key}={value!r} is not a whole number")
+                raise SpecError(f"{DEGREES_ENV}: {key} is given twice in {text[:80]!r}")
+            value = value.strip()
+            # ASCII digits only (int() also takes "1_0", "+3" and other scripts' digits),
+            # and few of them: a degree above a million is a typo, not a mesh.
+            if not (value.isascii() and value.isdigit() and len(value) <= 7):
+                raise SpecError(
+                    f"{DEGREES_ENV}: {key}={value[:40]!r} is not a whole number of at most 7 digits"
+                )
             values[key] = int(value)
         return cls.from_mapping(values)
 

@@ -11,6 +11,7 @@ test_launchers_cluster.py and test_init.py.
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -284,3 +285,139 @@ def test_apinfo_that_is_not_one_is_ignored(tmp_path: Path) -> None:
     assert read_apinfo(bad) is None
     shutil.copy(DATA / "apinfo-2x2.bin", tmp_path / "ok")
     assert read_apinfo(tmp_path / "ok") is not None
+
+
+# ---------------------------------------------------------------------------
+# a bare mpiexec (no allocation): rank 0's host
+
+# Recorded: rank 1 of `mpiexec.mpich -n 4 -ppn 2` over a hostfile, no allocation
+# (only the variables detect() reads; see test_env_mpiexec.py for the real runs).
+BARE_MPICH = {"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+
+
+class FakeComm:
+    """mpi4py's COMM_WORLD as detect() uses it: rank 0 sends its host name to everyone."""
+
+    def __init__(self, rank: int, size: int, rank0_host: object = "n0") -> None:
+        self.rank, self.size, self.rank0_host = rank, size, rank0_host
+        self.sent: list[object] = []
+
+    def Get_rank(self) -> int:  # mpi4py's name
+        return self.rank
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def bcast(self, obj: object, root: int = 0) -> object:
+        assert root == 0
+        self.sent.append(obj)
+        return obj if self.rank == 0 else self.rank0_host
+
+
+@pytest.fixture
+def no_mpi4py(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("distspec.runtime.env._mpi4py_world", lambda: None)
+
+
+def test_bare_mpiexec_asks_rank_0_over_mpi() -> None:
+    comm = FakeComm(1, 4)
+    env = detect(BARE_MPICH, mpi_comm=comm)
+    assert env.master_addr == "n0" and comm.sent == [None]
+    rank0 = FakeComm(0, 4)
+    env0 = detect(BARE_MPICH | {"PMI_RANK": "0", "MPI_LOCALRANKID": "0"}, mpi_comm=rank0)
+    assert env0.master_addr == socket.gethostname() and rank0.sent == [socket.gethostname()]
+
+
+def test_an_mpi_world_that_is_not_the_launchers_is_not_asked(no_mpi4py: None) -> None:
+    # an mpi4py built for another MPI starts as a world of one: its answer would be wrong
+    comm = FakeComm(0, 1)
+    with pytest.raises(RuntimeEnvError, match="set MASTER_ADDR"):
+        detect(BARE_MPICH, mpi_comm=comm)
+    assert comm.sent == []
+
+
+def test_a_rank_0_host_that_is_not_a_host_name_is_refused() -> None:
+    with pytest.raises(RuntimeEnvError, match="rank 0"):
+        detect(BARE_MPICH, mpi_comm=FakeComm(1, 4, rank0_host=None))
+    with pytest.raises(RuntimeEnvError, match="not a host name"):
+        detect(BARE_MPICH, mpi_comm=FakeComm(1, 4, rank0_host="a b\x1b"))
+
+
+def test_the_mpi_is_asked_only_when_nothing_else_tells() -> None:
+    comm = FakeComm(1, 4)
+    detect(BARE_MPICH | {"MASTER_ADDR": "m"}, mpi_comm=comm)
+    detect(SRUN | BARE_MPICH, mpi_comm=comm)  # the allocation's first host
+    detect(BARE_MPICH | {"MPI_LOCALNRANKS": "4", "MPI_LOCALRANKID": "1"}, mpi_comm=comm)
+    assert comm.sent == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "var"),
+    [
+        (BARE_MPICH, "HYDRA_HOST_FILE"),
+        (BARE_MPICH | {"I_MPI_ROOT": "/opt/intel"}, "I_MPI_HYDRA_HOST_FILE"),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+         "OMPI_MCA_orte_default_hostfile"),
+    ],
+)  # fmt: skip
+def test_the_mpis_hostfile_variable_names_rank_0s_host(
+    extra: dict[str, str], var: str, tmp_path: Path, no_mpi4py: None
+) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the first host runs rank 0\nh0 slots=2\nh1 slots=2\n")
+    assert detect(extra | {var: str(hostfile)}).master_addr == "h0"
+
+
+def test_hydra_tells_rank_0_its_own_host_and_a_different_hostfile_is_caught(
+    tmp_path: Path, no_mpi4py: None
+) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("h0:2\nh1:2\n")
+    rank0 = BARE_MPICH | {"PMI_RANK": "0", "MPI_LOCALRANKID": "0", "HYDRA_HOST_FILE": str(hostfile)}
+    assert detect(rank0 | {"MPIR_CVAR_CH3_INTERFACE_HOSTNAME": "h0"}).master_addr == "h0"
+    with pytest.raises(RuntimeEnvError, match="mpiexec used another host list"):
+        detect(rank0 | {"MPIR_CVAR_CH3_INTERFACE_HOSTNAME": "h1"})
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        (BARE_MPICH, ["mpich: 4 ranks on 2 hosts", "-genv MASTER_ADDR HOST", "HYDRA_HOST_FILE",
+                      "mpi4py"]),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+         ["openmpi: 4 ranks on 2 hosts", "-x MASTER_ADDR=HOST", "OMPI_MCA_orte_default_hostfile"]),
+        ({"RANK": "1", "WORLD_SIZE": "4"}, ["env: 4 ranks on 4 hosts", "set MASTER_ADDR"]),
+    ],
+)  # fmt: skip
+def test_when_nothing_tells_the_error_says_what_to_set(
+    environ: dict[str, str], words: list[str], no_mpi4py: None
+) -> None:
+    with pytest.raises(RuntimeEnvError) as info:
+        detect(environ)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_open_mpi_on_one_host_recorded() -> None:
+    # Recorded: rank 1 of `mpiexec.openmpi --allow-run-as-root -n 2` here (Open MPI 4.1).
+    env = detect(
+        {
+            "OMPI_COMM_WORLD_RANK": "1",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "OMPI_COMM_WORLD_NODE_RANK": "1",
+            "OMPI_MCA_orte_num_nodes": "1",
+        }
+    )
+    assert env.launcher is Launcher.OPENMPI and env.master_addr == "127.0.0.1"
+
+
+def test_slurm_tasks_per_node_must_add_up_to_the_tasks_of_its_level() -> None:
+    with pytest.raises(RuntimeEnvError, match="adds up to 4 tasks"):
+        detect(SRUN | {"SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NUM_TASKS": "3"})
+    job_level = {k: v for k, v in SRUN.items() if not k.startswith("SLURM_STEP_")}
+    with pytest.raises(RuntimeEnvError, match="SLURM_TASKS_PER_NODE adds up to 4"):
+        detect(job_level | {"SLURM_STEP_ID": "0", "SLURM_NTASKS": "5"})
