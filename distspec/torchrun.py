@@ -73,7 +73,9 @@ __all__ = [
     "RDZV_BACKENDS",
     "RDZV_PORT_SPAN",
     "STATIC_RDZV_CONF_KEYS",
+    "TERMINATE_AT_EXIT",
     "TORCHRUN",
+    "aborted_at_exit",
     "check_rdzv_conf",
     "escape_dollars",
     "job_rdzv_port",
@@ -416,6 +418,22 @@ def root_cause(lines: Sequence[str]) -> RootCause | None:
         pid=number(fields.get("exitcode"), "pid:"),
     )
     return None if found == RootCause() else found
+
+
+#: What the C++ runtime prints when a process ends while a ``std::thread`` is still
+#: joinable: torch's process-group threads, when a script returns without
+#: ``destroy_process_group()``, now and then (then SIGABRT, exit code 134).
+TERMINATE_AT_EXIT = "terminate called without an active exception"
+
+
+def aborted_at_exit(excerpt: Sequence[str]) -> bool:
+    """Whether a failed rank's last lines (:func:`failure_excerpt`) show an abort as
+    its process exited: the C++ ``terminate`` message among its last lines and no
+    Python traceback, i.e. the script had returned when the process died."""
+    tail = [text for text in excerpt if text.strip()][-3:]
+    return any(TERMINATE_AT_EXIT in text for text in tail) and not any(
+        text.startswith("Traceback (") for text in excerpt
+    )
 
 
 def failure_excerpt(

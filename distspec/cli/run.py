@@ -470,6 +470,7 @@ def exit_code(
     on failure also who failed (rank, host, exit code or signal) and its traceback."""
     from distspec.cli.status import duration_text
     from distspec.specs.state import AppState
+    from distspec.torchrun import aborted_at_exit
 
     err = sys.stderr
     # Where the scheduler gives no times (Slurm, PBS), the time this command followed it.
@@ -512,6 +513,13 @@ def exit_code(
         for text in excerpt:
             print(text, file=err)
         print("---", file=err)
+        if aborted_at_exit(excerpt):
+            print(
+                f"  note: {what} aborted as its process exited, after its script had returned "
+                "(the script ran to its end: the training completed); end it with "
+                "torch.distributed.destroy_process_group() to let torch's threads stop first",
+                file=err,
+            )
     elif error:
         print(f"  (could not read its log: {error})", file=err)
     if not excerpt:  # nothing from the replica: the batch script may have failed first
