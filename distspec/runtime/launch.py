@@ -42,7 +42,7 @@ import re
 import shlex
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TextIO
@@ -816,16 +816,33 @@ def _copy_lines(
     and through ``watch`` (which holds back torchrun's own traceback) if given.
 
     Bytes go through unchanged (decoded leniently only to match): a stray byte in a
-    child's output must not stop the copy.
+    child's output must not stop the copy. A carriage return ends a line too, so a
+    progress bar (tqdm redraws its line after ``\\r``) shows as it moves.
     """
-    for line in iter(source.readline, b""):
+    for line in _lines(source):
         for out in watch.feed(line) if watch is not None else [line]:
-            text = out.decode(errors="replace").rstrip("\r\n")
-            if any(p.search(text) for p in patterns):
-                continue
-            _write(sink, [out])
+            if not _matches(out, patterns):
+                _write(sink, [out])
     if watch is not None:
         _write(sink, [out for out in watch.unwritten() if not _matches(out, patterns)])
+
+
+_EOL = re.compile(rb"\r\n|\n|\r")
+
+
+def _lines(source: IO[bytes]) -> Iterator[bytes]:
+    """``source``'s lines as they arrive, each with its ``\\n``, ``\\r\\n`` or ``\\r``."""
+    read = getattr(source, "read1", source.read)
+    pending = b""
+    while chunk := read(65536):
+        pending += chunk
+        start = 0
+        for end in _EOL.finditer(pending):
+            yield pending[start : end.end()]
+            start = end.end()
+        pending = pending[start:]
+    if pending:
+        yield pending
 
 
 def _matches(line: bytes, patterns: Sequence[re.Pattern[str]]) -> bool:

@@ -410,3 +410,34 @@ def test_cli_refuses_more_processes_than_the_hostfile_has_slots(tmp_path: Path) 
     ok = _launch("--dryrun", "--hostfile", str(hostfile), "-j", "x2", "--launcher", "torchrun",
                  "--", "true")  # fmt: skip
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_progress_bar_goes_through_as_it_moves() -> None:
+    """torchrun's stderr always goes through launch now; a tqdm bar (redrawn after
+    \\r, no newline until it ends) must still show each update when it is written."""
+    import io
+    import threading
+    import time
+
+    from distspec.runtime.launch import _copy_lines
+
+    class Sink:
+        buffer = io.BytesIO()
+
+    sink = Sink()
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as source:
+        thread = threading.Thread(
+            target=_copy_lines, args=(source, sink, [], TorchrunStderr()), daemon=True
+        )
+        thread.start()
+        os.write(write_fd, b"step 1\n 10%|#    |\r")
+        deadline = time.monotonic() + 10
+        while sink.buffer.getvalue() != b"step 1\n 10%|#    |\r" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        early = sink.buffer.getvalue()
+        os.write(write_fd, b"100%|#####|\r\n")
+        os.close(write_fd)  # (before any assert: a copy blocked in a read ends now)
+        thread.join(timeout=10)
+    assert early == b"step 1\n 10%|#    |\r"
+    assert sink.buffer.getvalue() == b"step 1\n 10%|#    |\r100%|#####|\r\n"
