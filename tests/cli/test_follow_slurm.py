@@ -74,40 +74,11 @@ def test_slurm_job_streams_into_a_pipe_without_log(tmp_path: Path, state_dir: Pa
     if not cluster_is_up():
         require_slurm_cluster()
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run(
-        [
-            str(BIN / "distspec"),
-            "run",
-            "-s",
-            "slurm",
-            "--wait",
-            "utils.sh",
-            "--",
-            "echo hi $((6*7))",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    handle = re.search(r"slurm://\S+", proc.stdout)
-    try:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-        assert "sh/0| hi 42" in proc.stdout.splitlines(), proc.stdout
-        quiet = subprocess.run(
-            [
-                str(BIN / "distspec"),
-                "run",
-                "-s",
-                "slurm",
-                "--wait",
-                "--no-log",
-                "utils.sh",
-                "--",
-                "echo hi $((6*7))",
-            ],
+
+    def run_wait(*flags: str) -> subprocess.CompletedProcess[str]:
+        argv = ["run", "-s", "slurm", "--wait", *flags, "utils.sh", "--", "echo hi $((6*7))"]
+        return subprocess.run(
+            [str(BIN / "distspec"), *argv],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -115,6 +86,13 @@ def test_slurm_job_streams_into_a_pipe_without_log(tmp_path: Path, state_dir: Pa
             timeout=240,
             check=False,
         )
+
+    proc = run_wait()
+    handle = re.search(r"slurm://\S+", proc.stdout)
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        assert "sh/0| hi 42" in proc.stdout.splitlines(), proc.stdout
+        quiet = run_wait("--no-log")
         assert quiet.returncode == 0, quiet.stderr
         assert "hi 42" not in quiet.stdout
     finally:
