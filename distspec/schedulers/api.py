@@ -37,6 +37,7 @@ __all__ = [
     "Capabilities",
     "CommandResult",
     "CommandRunner",
+    "JobPaths",
     "Request",
     "Scheduler",
     "run_command",
@@ -112,6 +113,35 @@ class Capabilities:
     #: Replicas see the submitter's files (local, Slurm on a shared filesystem), so a
     #: script that is missing here is a usage error caught before submit.
     shared_files: bool = False
+    #: The job runs beside the user, as a foreground program would: ``run --wait``
+    #: cancels it on Ctrl-C (the others detach unless ``--cancel-on-interrupt``).
+    interactive: bool = False
+    #: What a role's ``image`` is: ``"container"`` (an image a runtime pulls) or
+    #: ``"directory"`` (a folder the role runs in; ``${img_root}`` is that folder).
+    image: str = "container"
+    #: The backend keeps whole runs (their logs too) under the state directory, so
+    #: ``distspec prune`` can remove them.
+    prunable: bool = False
+
+
+@frozen
+class JobPaths:
+    """Where a submitted job keeps its files: what ``run --wait``, callables,
+    ``describe`` and ``prune`` ask instead of re-deriving a backend's layout.
+
+    ``folder`` is a local path or an fsspec URL (Kubernetes' ``job_dir``).
+    """
+
+    folder: str
+    #: A replica's log, relative to ``folder``, with ``{role}`` and ``{replica}``.
+    log_pattern: str = "{role}-{replica}.log"
+    #: The batch script's own output (Slurm's ``--output``, PBS's ``-o``), if any.
+    script_output: str | None = None
+
+    def replica_log(self, role: str, replica: int) -> str:
+        """The path (or URL) of one replica's log."""
+        name = self.log_pattern.format(role=role, replica=replica)
+        return f"{self.folder.rstrip('/')}/{name}"
 
 
 @frozen
@@ -130,6 +160,9 @@ class Request:
     files: FrozenDict[str, str]
     argv: tuple[str, ...]
     main_file: str
+    #: The folder that submitting creates before anything runs (Slurm's and PBS's
+    #: job folder); a ``submit.sh`` written by ``--dryrun -o DIR`` creates it too.
+    job_dir: str | None = None
 
     def render(self) -> str:
         """The main file's text, byte for byte what submit hands over."""
@@ -208,6 +241,14 @@ class Scheduler(abc.ABC, Generic[OptsT]):
     @abc.abstractmethod
     def compile(self, app: AppDef, opts: OptsT, *, app_id: str) -> Request:
         """Deterministic: the same (app, opts, app_id) always gives an equal Request."""
+
+    # -- where a job's files are -----------------------------------------------
+
+    def job_paths(self, app_id: str, request: Request | None = None) -> JobPaths | None:
+        """Where the submitted job ``app_id`` keeps its files, or None when it keeps
+        none that this machine can name. ``request`` is the one it was submitted
+        from, for a backend whose folder is set by its options (Kubernetes)."""
+        return None
 
     # -- the effectful half ----------------------------------------------------
 
