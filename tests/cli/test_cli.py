@@ -68,7 +68,7 @@ def backends(modules: set[str]) -> set[str]:
         for m in modules
         if m.startswith("distspec.schedulers.")
         and not m.split(".")[2].startswith("_")
-        and m.split(".")[2] != "api"
+        and m.split(".")[2] not in ("api", "batch")
     }
 
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distspec.errors import CompileError, SchedulerError, UsageError
-from distspec.schedulers._batch import read_job_folder, replica_exit
+from distspec.schedulers.batch.scheduler import read_job_folder, replica_exit
 from distspec.schedulers.pbs import (
     PBS_STATES,
     Launcher,
@@ -34,7 +34,7 @@ from distspec.schedulers.pbs import (
     ResourceStyle,
     parse_qstat_full,
 )
-from distspec.schedulers.pbs_script import job_name
+from distspec.schedulers.pbs.script import job_name
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from tests.conftest import FakeCommands
 from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role

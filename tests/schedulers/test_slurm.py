@@ -26,7 +26,7 @@ from distspec.schedulers.slurm import (
     SlurmScheduler,
     expand_hostlist,
 )
-from distspec.schedulers.slurm_script import sbatch_value
+from distspec.schedulers.slurm.script import sbatch_value
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from tests.conftest import FakeCommands
 from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role

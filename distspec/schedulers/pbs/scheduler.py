@@ -1,9 +1,9 @@
 """PBS (OpenPBS, PBS Pro, Torque): one qsub script per AppDef, one process per node.
 
-``compile`` is pure: the script is built by :mod:`distspec.schedulers.pbs_script`,
+``compile`` is pure: the script is built by :mod:`distspec.schedulers.pbs.script`,
 which also holds the options (one role of N replicas on N hosts, started by
 pbsdsh or mpiexec). This module is the effectful half: qsub, qstat, qdel, and
-reading the job folder through :class:`~distspec.schedulers._batch.BatchScheduler`.
+reading the job folder through :class:`~distspec.schedulers.batch.scheduler.BatchScheduler`.
 
 Files (``job_dir``, absolute; default ``<state dir>/pbs``)::
 
@@ -29,7 +29,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from distspec.errors import SchedulerError, UsageError
-from distspec.schedulers._batch import (
+from distspec.schedulers._common import check_capabilities, submit_env, with_location
+from distspec.schedulers.api import AppSummary, Capabilities, Request
+from distspec.schedulers.batch.scheduler import (
     BatchScheduler,
     JobRecord,
     check_image_dir,
@@ -42,9 +44,7 @@ from distspec.schedulers._batch import (
     safe_app_id,
     write_private,
 )
-from distspec.schedulers._common import check_capabilities, submit_env, with_location
-from distspec.schedulers.api import AppSummary, Capabilities, Request
-from distspec.schedulers.pbs_script import (
+from distspec.schedulers.pbs.script import (
     NAME,
     Launcher,
     PbsOptions,

@@ -5,7 +5,7 @@ elastic); several roles make a heterogeneous job, one component per role, starte
 as one srun step per role with one task per node. Every replica's command runs in
 a ``bash -c`` of its own, so ``${replica_id}`` (``$SLURM_NODEID``) is the task's
 own value, not the batch step's. The script's size does not depend on the node
-count. The job folder it writes is described in :mod:`distspec.schedulers._batch`.
+count. The job folder it writes is described in :mod:`distspec.schedulers.batch.scheduler`.
 
 The common case, one role without retries, is one srun in the foreground, written
 as a person would; the machinery to run several steps at once, stop the others
@@ -22,7 +22,14 @@ import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
-from distspec.schedulers._batch import (
+from distspec.schedulers._common import (
+    MacroValues,
+    ShellExpr,
+    log_file_name,
+    shell_join,
+    shell_word,
+)
+from distspec.schedulers.batch.scheduler import (
     START,
     STAY,
     WAIT_FUNCTIONS,
@@ -33,13 +40,6 @@ from distspec.schedulers._batch import (
     rank0_host_word,
     role_function,
     task_function,
-)
-from distspec.schedulers._common import (
-    MacroValues,
-    ShellExpr,
-    log_file_name,
-    shell_join,
-    shell_word,
 )
 from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role, is_name
 from distspec.specs.frozen import frozen

@@ -1,9 +1,9 @@
 """Slurm: one sbatch script per AppDef, one srun step per role, one task per node.
 
-``compile`` is pure: the script is built by :mod:`distspec.schedulers.slurm_script`,
+``compile`` is pure: the script is built by :mod:`distspec.schedulers.slurm.script`,
 which also holds the options. This module is the effectful half: sbatch, sacct or
 scontrol, squeue, scancel, and reading the job folder through
-:class:`~distspec.schedulers._batch.BatchScheduler`.
+:class:`~distspec.schedulers.batch.scheduler.BatchScheduler`.
 
 Files (``job_dir``, absolute; default ``<state dir>/slurm``)::
 
@@ -26,7 +26,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from distspec.errors import SchedulerError, UsageError
-from distspec.schedulers._batch import (
+from distspec.schedulers._common import check_capabilities, submit_env, with_location
+from distspec.schedulers.api import AppSummary, Capabilities, Request
+from distspec.schedulers.batch.scheduler import (
     BatchScheduler,
     JobRecord,
     check_image_dir,
@@ -37,9 +39,7 @@ from distspec.schedulers._batch import (
     replica_state,
     safe_app_id,
 )
-from distspec.schedulers._common import check_capabilities, submit_env, with_location
-from distspec.schedulers.api import AppSummary, Capabilities, Request
-from distspec.schedulers.slurm_script import NAME, GpuFlag, SlurmOptions, compile_script
+from distspec.schedulers.slurm.script import NAME, GpuFlag, SlurmOptions, compile_script
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus

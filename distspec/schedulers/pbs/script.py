@@ -10,7 +10,7 @@ Each task is ``<job folder>/task.sh``, which the batch script writes at run time
 (the spooled script itself is not visible on the other hosts); it takes the replica
 id from its argument (pbsdsh) or from the MPI launcher's rank variable (mpiexec).
 The script's size does not depend on the node count. The job folder it writes is
-described in :mod:`distspec.schedulers._batch`.
+described in :mod:`distspec.schedulers.batch.scheduler`.
 
 Nothing here runs a command or reads the environment.
 """
@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
-from distspec.schedulers._batch import (
+from distspec.schedulers._common import MacroValues, ShellExpr, shell_join, shell_word
+from distspec.schedulers.batch.scheduler import (
     START,
     STAY,
     WAIT_FUNCTIONS,
@@ -34,7 +35,6 @@ from distspec.schedulers._batch import (
     role_function,
     task_function,
 )
-from distspec.schedulers._common import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role
 from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro

@@ -15,7 +15,7 @@ record per job, ``<state dir>/<scheduler>/jobs/<job id>.json``, so that describe
 log find the folder from any working directory.
 
 Here are both halves of that contract: the script fragments that write the files
-(pure text, used by ``slurm_script`` and ``pbs_script``) and :class:`BatchScheduler`,
+(pure text, used by ``slurm.script`` and ``pbs.script``) and :class:`BatchScheduler`,
 the effectful glue both schedulers share (job_dir, writing the script and the
 record, reading the folder and the replicas' logs). Backends never import each
 other; what they share is here.
