@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from distspec.schedulers import kubernetes as k8s
 from distspec.schedulers.kubernetes import KubernetesScheduler
+from distspec.schedulers.kubernetes import scheduler as k8s
 from tests.k8s_fake_server import FakeApiServer
 from tests.schedulers.test_kubernetes_client import NS, api, compile_, pod_of, sched
 

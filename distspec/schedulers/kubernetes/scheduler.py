@@ -1,6 +1,6 @@
 """The Kubernetes backend: Indexed Job + headless Service, or JobSet, or Volcano.
 
-``compile`` is pure (see :mod:`distspec.schedulers.kubernetes_manifest`) and
+``compile`` is pure (see :mod:`distspec.schedulers.kubernetes.manifest`) and
 imports neither yaml at module import nor the kubernetes client at all. The
 effectful half talks to the API server through the official ``kubernetes``
 client (``pip install 'distspec[kubernetes]'``, pinned ``>=30,<38``), imported
@@ -27,7 +27,7 @@ from distspec.schedulers.api import (
     Scheduler,
     run_command,
 )
-from distspec.schedulers.kubernetes_manifest import (
+from distspec.schedulers.kubernetes.manifest import (
     APP_ID_LABEL,
     APP_NAME_LABEL,
     COMPLETION_INDEX_ANNOTATION,
