@@ -195,7 +195,7 @@ def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str]
     The implementation is local_cwd's supervisor's, which must import only the
     standard library; this is its name for the other backends.
     """
-    from distspec.schedulers.local_supervisor import torchrun_root_cause as read
+    from distspec.schedulers.local.supervisor import torchrun_root_cause as read
 
     return read(list(lines), role)
 

@@ -23,7 +23,7 @@ __all__ = ["BUILTIN_SCHEDULERS", "ENTRY_POINT_GROUP", "SchedulerRegistry"]
 ENTRY_POINT_GROUP = "distspec.schedulers"
 
 BUILTIN_SCHEDULERS: Mapping[str, str] = {
-    "local_cwd": "distspec.schedulers.local_cwd:LocalScheduler",
+    "local_cwd": "distspec.schedulers.local:LocalScheduler",
     "slurm": "distspec.schedulers.slurm:SlurmScheduler",
     "pbs": "distspec.schedulers.pbs:PbsScheduler",
     "kubernetes": "distspec.schedulers.kubernetes:KubernetesScheduler",

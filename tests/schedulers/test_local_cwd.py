@@ -14,8 +14,8 @@ import pytest
 
 from distspec.components.dist import ddp
 from distspec.errors import CompileError, UsageError
-from distspec.schedulers.local_cwd import LocalOptions, LocalScheduler, _parse_log_line
-from distspec.schedulers.local_supervisor import (
+from distspec.schedulers.local.scheduler import LocalOptions, LocalScheduler, _parse_log_line
+from distspec.schedulers.local.supervisor import (
     STATE_FILE,
     is_alive,
     torchrun_root_cause,
@@ -294,12 +294,13 @@ def test_torchrun_root_cause_signal_and_absent() -> None:
 
 
 def test_supervisor_starts_on_the_standard_library_alone() -> None:
-    from distspec.schedulers import local_supervisor
+    from distspec.schedulers.local import supervisor
 
     # As local_cwd starts it (SUPERVISOR_MAIN), with no arguments: usage, exit 2.
-    directory = os.path.dirname(os.path.abspath(local_supervisor.__file__))
-    argv = [sys.executable, "-I", "-S", "-X", "importtime", "-c", local_supervisor.SUPERVISOR_MAIN]
-    proc = subprocess.run([*argv, directory], capture_output=True, text=True, check=False)
+    argv = [sys.executable, "-I", "-S", "-X", "importtime", "-c", supervisor.SUPERVISOR_MAIN]
+    proc = subprocess.run(
+        [*argv, supervisor.PACKAGE_ROOT], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2 and "usage:" in proc.stderr
     imported = {
         line.split("|")[-1].strip()
@@ -307,6 +308,18 @@ def test_supervisor_starts_on_the_standard_library_alone() -> None:
         if line.startswith("import time:")
     }
     assert "json" in imported
-    assert "local_supervisor" in imported
-    heavy = {"torch", "site", "subprocess", "distspec", "pathlib", "ctypes", "typing"} & imported
+    assert "distspec.schedulers.local.supervisor" in imported
+    heavy = {"torch", "site", "subprocess", "pathlib", "ctypes", "typing"} & imported
     assert not heavy, f"the supervisor imports {heavy}"
+    # Of distspec: the packages on the way (their __init__ files import nothing heavy)
+    # and the supervisor's own standard-library-only modules.
+    on_the_way = {
+        "distspec",
+        "distspec.errors",
+        "distspec.schedulers",
+        "distspec.schedulers._registry",
+        "distspec.schedulers.local",
+    }
+    ours = {name for name in imported if name.split(".")[0] == "distspec"}
+    others = ours - on_the_way - {"distspec.schedulers.local.supervisor"}
+    assert not others, f"the supervisor imports {others}"

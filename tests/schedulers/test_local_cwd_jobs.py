@@ -555,10 +555,10 @@ def test_only_the_supervisor_holds_alive_fifo(state_dir: Path, tmp_path: Path) -
 @pytest.fixture
 def slow_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     """State-file checks and liveness checks so rare that only the FIFO can end a wait."""
-    from distspec.schedulers import local_cwd
+    from distspec.schedulers.local import scheduler
 
-    monkeypatch.setattr(local_cwd, "WAIT_SLOW_INTERVAL", 3600.0)
-    monkeypatch.setattr(local_cwd, "LIVENESS_INTERVAL", 3600.0)
+    monkeypatch.setattr(scheduler, "WAIT_SLOW_INTERVAL", 3600.0)
+    monkeypatch.setattr(scheduler, "LIVENESS_INTERVAL", 3600.0)
 
 
 def _wait_in_thread(runner: Runner, handle: Any, **kw: Any) -> Any:
@@ -605,7 +605,7 @@ def test_wait_sees_a_killed_supervisor_through_the_fifo(
     try:
         status = _wait_in_thread(runner, handle, on_status=kill_once_waiting)
     finally:  # a failed wait must not leave the job behind
-        from distspec.schedulers.local_supervisor import hunt
+        from distspec.schedulers.local.supervisor import hunt
 
         hunt(app_id(str(handle)))
     assert status is not None and status.state is AppState.FAILED

@@ -1,12 +1,13 @@
 """The detached supervisor of one ``local_cwd`` run, and the process helpers it shares
-with :mod:`distspec.schedulers.local_cwd`.
+with :mod:`distspec.schedulers.local.scheduler`.
 
-Run as ``python -S .../local_supervisor.py RUN_DIR``: it reads ``RUN_DIR/plan.json``,
-starts every replica, writes ``RUN_DIR/state.json`` (atomically, on every change)
-and exits when the run has ended and nothing of it is left alive. It imports only
-the standard library (and not even ``site``), so it starts in a few milliseconds;
-that is also why it is one self-contained file: without ``site`` the rest of
-distspec is not importable from it.
+Started as ``python -I -S -c SUPERVISOR_MAIN ROOT ... RUN_DIR`` (see
+:data:`SUPERVISOR_MAIN`), or by hand as ``python3 -m distspec.schedulers.local.supervisor
+--foreground RUN_DIR``: it reads ``RUN_DIR/plan.json``, starts every replica, writes
+``RUN_DIR/state.json`` (atomically, on every change) and exits when the run has ended
+and nothing of it is left alive. It imports only the standard library (and not even
+``site``), so it starts in a few milliseconds; of distspec it imports only modules
+that do the same (the packages' ``__init__`` files import nothing heavy).
 
 Process tree of a run::
 
@@ -82,14 +83,21 @@ _RESERVE_PER_REPLICA = 8 << 10
 #: is ~3 MiB); a bigger file is reported, not read into memory.
 RECORD_LIMIT = 64 << 20
 SCHEMA_VERSION = 1
-#: How ``local_cwd`` starts a supervisor: ``python -I -S -c SUPERVISOR_MAIN DIR ARGS``,
-#: DIR being this file's directory. Imported rather than run as a script, this file
-#: comes from its cached bytecode (compiling it takes ~7 ms); appended to sys.path,
-#: DIR cannot shadow the standard library.
+#: How ``local_cwd`` starts a supervisor: ``python -I -S -c SUPERVISOR_MAIN ROOT ARGS``,
+#: ROOT being :data:`PACKAGE_ROOT`, the folder that holds the ``distspec`` package.
+#: Imported rather than run as a script, the module comes from its cached bytecode
+#: (compiling it takes ~7 ms); appended to sys.path, ROOT cannot shadow the standard
+#: library.
 SUPERVISOR_MAIN = (
     "import sys; sys.path.append(sys.argv[1]); "
-    "import local_supervisor; local_supervisor.entry(sys.argv[2:])"
+    "from distspec.schedulers.local.supervisor import entry; entry(sys.argv[2:])"
 )
+PACKAGE_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
+#: What the command line of a supervisor (and of its keepers, forks of it) contains:
+#: this module's name, or the old one of a run started before the package existed.
+_COMMAND_MARKS = (b"distspec.schedulers.local.supervisor", b"local_supervisor")
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -110,7 +118,7 @@ _STATE_RETRY = 1.0
 _FINAL_WRITE_PATIENCE = 3600.0
 
 
-# -- small helpers shared with local_cwd ---------------------------------------------
+# -- small helpers shared with the scheduler ----------------------------------------
 
 
 def write_json_atomic(path: str, data: Any) -> None:
@@ -142,7 +150,8 @@ def find_supervisor(app_id: str) -> int | None:
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if b"local_supervisor" not in f.read():
+                command = f.read()
+                if not any(mark in command for mark in _COMMAND_MARKS):
                     continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 if marker not in f.read().split(b"\0"):
