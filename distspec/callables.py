@@ -413,6 +413,7 @@ class Job:
                 int >= 0 (None is allowed for both).
         """
         from distspec import _arguments as check
+        from distspec.torchrun_output import line_of_rank
 
         rank = check.integer(rank, "Job.logs", "rank", lo=0, hi=self.world_size - 1, optional=True)
         tail = check.integer(tail, "Job.logs", "tail", lo=0, optional=True)
@@ -424,7 +425,7 @@ class Job:
                 known = getattr(line, "rank", None)
                 if known is not None and known != rank:
                     continue
-                if known is None and not _line_of_rank(
+                if known is None and not line_of_rank(
                     line.text, self.role, rank, rank % self.nproc_per_node
                 ):
                     continue
@@ -553,9 +554,11 @@ class Job:
             lines = [f"(could not read the log: {e})"]
         # torchrun stops the node's other ranks when one dies: its summary names the
         # rank that died first.
-        root = _root_cause_rank(lines)
-        if root is not None and root in missing:
-            rank = root
+        from distspec.torchrun_output import root_cause
+
+        root = root_cause(lines, first=True)
+        if root is not None and root.rank in missing:
+            rank = root.rank
         text = "".join(f"{line}\n" for line in lines)
         code = failed.exit_code
         reason = f" ({failed.reason})" if failed.reason else ""
@@ -582,34 +585,6 @@ def _peer_caused(record: Mapping[str, Any]) -> bool:
         or kind.endswith("SignalException")
         or kind == "KeyboardInterrupt"
     )
-
-
-def _root_cause_rank(lines: Sequence[str]) -> int | None:
-    """The global rank in torchrun's ``Root Cause (first observed failure):`` block
-    (its ``rank      : 1 (local_rank: 1)`` line), or None."""
-    for i, text in enumerate(lines):
-        if text.strip().startswith("Root Cause"):
-            for later in lines[i + 1 : i + 8]:
-                key, sep, value = later.strip().partition(":")
-                if sep and key.strip() == "rank":
-                    number = value.strip().split(" ", 1)[0]
-                    return int(number) if number.isdigit() else None
-    return None
-
-
-def _line_of_rank(text: str, role: str, rank: int, local_rank: int) -> bool:
-    """Whether a torchrun ``--tee`` line belongs to ``rank``: torchrun prefixes each
-    worker line with ``[rank<global rank>]:`` (``[<role><local rank>]:`` in older
-    versions); lines without such a prefix (torchrun's own) belong to every rank."""
-    if not text.startswith("["):
-        return True
-    label, sep, _ = text[1:].partition("]:")
-    if not sep:
-        return True
-    for name, number in (("rank", rank), (role, local_rank)):
-        if label.startswith(name) and label[len(name) :].isdigit():
-            return int(label[len(name) :]) == number
-    return True
 
 
 def _remote_error(record: Mapping[str, Any], handle: str) -> RemoteError:

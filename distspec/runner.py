@@ -466,7 +466,7 @@ class Runner:
     ) -> Iterator[LogLine]:
         from collections import deque
 
-        from distspec.schedulers._common import split_rank
+        from distspec.torchrun_output import split_rank
 
         h, sched = self._resolve(handle)
         status = sched.describe(h.app_id)

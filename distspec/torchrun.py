@@ -3,7 +3,8 @@
 Used by the ``dist.*`` components (with macros that each backend fills in) and by
 in-job launch (with literal values). The entrypoint is the ``torchrun`` console
 script, which is what users type and what their logs show; it is the same
-program as ``python -m torch.distributed.run``.
+program as ``python -m torch.distributed.run``. What torchrun prints back (rank
+prefixes, its failure report) is read by :mod:`distspec.torchrun_output`.
 
 Rendezvous, as decided here and nowhere else:
 
@@ -63,7 +64,6 @@ from collections.abc import Sequence
 
 from distspec.errors import ComponentError
 from distspec.specs import macros
-from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 from distspec.specs.topology import Topology
 
@@ -73,9 +73,7 @@ __all__ = [
     "RDZV_BACKENDS",
     "RDZV_PORT_SPAN",
     "STATIC_RDZV_CONF_KEYS",
-    "TERMINATE_AT_EXIT",
     "TORCHRUN",
-    "aborted_at_exit",
     "check_rdzv_conf",
     "escape_dollars",
     "job_rdzv_port",
@@ -307,164 +305,3 @@ def check_rdzv_conf(text: str) -> None:
                 f"--rdzv_conf {text!r}: {item!r} is not KEY=VALUE; write it as "
                 "KEY=VALUE[,KEY=VALUE...], e.g. join_timeout=600,timeout=900"
             )
-
-
-# ---------------------------------------------------------------------------
-# reading what torchrun and its workers print when a worker fails
-#
-# Pure functions of log lines, shared by ``distspec run --wait`` (through
-# distspec.schedulers._common) and ``distspec launch`` (distspec.runtime.launch).
-# local_cwd's supervisor keeps its own stdlib-only reader of the same report
-# (distspec.schedulers.local_supervisor.torchrun_root_cause): it runs without
-# ``site`` and cannot import this module.
-
-#: torchrun's ``--tee`` prefixes each worker line with ``[<role><local rank>]:``; with
-#: this template (read from ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``) it writes the
-#: worker's *global* rank instead, in the form torch's own exception hook uses
-#: (``[rank3]: ``), so one parser (:func:`split_rank`) recovers the rank of a line.
-RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
-
-
-def split_rank(text: str, role: str = "") -> tuple[int | None, str]:
-    """``(global rank, text)`` of a replica's log line, without torchrun's prefixes.
-
-    Recognised, in this order and each at most once: torchrun's tee prefix as
-    :data:`RANK_PREFIX_TEMPLATE` makes it (``[rank3]:``) or torchrun's default
-    (``[<role><local rank>]:``, giving no global rank), then the prefix torch's
-    exception hook puts on a traceback after ``init_process_group`` (``[rank3]: ``).
-    A line with none of them (torchrun's own messages, a plain program) has rank None.
-    """
-    rank: int | None = None
-    rest = text
-    if rest.startswith("[rank"):
-        end = rest.find("]:", 5)
-        if end > 5 and rest[5:end].isdigit():
-            rank, rest = int(rest[5:end]), rest[end + 2 :]
-    elif role and rest.startswith("[" + role):
-        end = rest.find("]:", len(role) + 1)
-        if end > len(role) + 1 and rest[len(role) + 1 : end].isdigit():
-            rest = rest[end + 2 :]
-    if rest.startswith("[rank"):
-        end = rest.find("]: ", 5)
-        if end > 5 and rest[5:end].isdigit() and (rank is None or int(rest[5:end]) == rank):
-            rank, rest = int(rest[5:end]), rest[end + 3 :]
-    return rank, rest
-
-
-@frozen
-class RootCause:
-    """The first failure torchrun observed, from its ChildFailedError report.
-
-    Attributes:
-        rank: the failed worker's global rank.
-        local_rank: its rank on its node.
-        host: the node it ran on, as torchrun names it (``socket.getfqdn()``).
-        exitcode: torchrun's number for it: the exit code, or minus the signal.
-        pid: its process id.
-    """
-
-    rank: int | None = None
-    local_rank: int | None = None
-    host: str | None = None
-    exitcode: int | None = None
-    pid: int | None = None
-
-
-def root_cause(lines: Sequence[str]) -> RootCause | None:
-    """The "Root Cause (first observed failure)" entry of the last ChildFailedError
-    report in ``lines`` (torchrun's stderr, without newlines), or None without one.
-
-    The entry reads (torch 2.x)::
-
-        Root Cause (first observed failure):
-        [0]:
-          time      : 2026-11-26_09:15:07
-          host      : n1
-          rank      : 3 (local_rank: 1)
-          exitcode  : 7 (pid: 29855)
-          error_file: <N/A>
-          traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-        ============================================================
-    """
-    starts = [i for i, text in enumerate(lines) if text.startswith("Root Cause")]
-    if not starts:
-        return None
-    fields: dict[str, str] = {}
-    for text in lines[starts[-1] + 1 : starts[-1] + 12]:
-        if text.startswith("="):
-            break
-        key, _, value = text.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-
-    def number(text: str | None, pattern: str = "") -> int | None:
-        if text is None:
-            return None
-        if pattern:
-            rest = text.partition(pattern)[2]
-            if not rest:
-                return None
-            text = rest
-        word = text.strip().split(" ")[0].rstrip(")")
-        try:
-            return int(word)
-        except ValueError:
-            return None
-
-    found = RootCause(
-        rank=number(fields.get("rank")),
-        local_rank=number(fields.get("rank"), "local_rank:"),
-        host=fields.get("host") or None,
-        exitcode=number(fields.get("exitcode")),
-        pid=number(fields.get("exitcode"), "pid:"),
-    )
-    return None if found == RootCause() else found
-
-
-#: What the C++ runtime prints when a process ends while a ``std::thread`` is still
-#: joinable: torch's process-group threads, when a script returns without
-#: ``destroy_process_group()``, now and then (then SIGABRT, exit code 134).
-TERMINATE_AT_EXIT = "terminate called without an active exception"
-
-
-def aborted_at_exit(excerpt: Sequence[str]) -> bool:
-    """Whether a failed rank's last lines (:func:`failure_excerpt`) show an abort as
-    its process exited: the C++ ``terminate`` message among its last lines and no
-    Python traceback, i.e. the script had returned when the process died."""
-    tail = [text for text in excerpt if text.strip()][-3:]
-    return any(TERMINATE_AT_EXIT in text for text in tail) and not any(
-        text.startswith("Traceback (") for text in excerpt
-    )
-
-
-def failure_excerpt(
-    lines: Sequence[tuple[int | None, str]], *, limit: int = 40
-) -> tuple[int | None, list[str]]:
-    """``(rank, excerpt)``: who failed in a failed replica's log and what it said.
-
-    ``lines`` are ``(rank, text)`` pairs as :func:`split_rank` gives them. The rank is
-    the first failure torchrun reports (:func:`root_cause`), else the rank of the last
-    traceback, else None. The excerpt is that rank's last traceback (from
-    ``Traceback (most recent call last):`` to its last line), else its last lines;
-    for a plain program (no ranks) the last traceback or last lines of the log. At
-    most ``limit`` lines, the end kept.
-    """
-    found = root_cause([text for line_rank, text in lines if line_rank is None])
-    rank = found.rank if found is not None else None
-    if rank is None:
-        traced = [r for r, text in lines if r is not None and text.startswith("Traceback (")]
-        rank = traced[-1] if traced else None
-    if rank is not None:
-        own = [text for r, text in lines if r == rank]
-    else:
-        own = [text for _, text in lines if not text.startswith("distspec: ")]
-    starts = [i for i, text in enumerate(own) if text.startswith("Traceback (")]
-    excerpt = own[starts[-1] :] if starts else own[-20:]
-    if rank is None and starts:
-        # A plain program's traceback ends at its exception line; what follows is
-        # other output (or a wrapper's messages).
-        end = next(
-            (i for i, text in enumerate(excerpt) if i and text and not text[0].isspace()),
-            len(excerpt) - 1,
-        )
-        excerpt = excerpt[: end + 1]
-    return rank, excerpt[-limit:]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import distspec
-from distspec.callables import Job, _line_of_rank, pickle_call
+from distspec.callables import Job, pickle_call
 from distspec.errors import CallableError, RemoteError
 
 TYPE_CHECKING = False
@@ -341,41 +341,6 @@ def test_import_distspec_stays_cheap() -> None:
     )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-@pytest.mark.parametrize(
-    ("line", "rank", "mine"),
-    [
-        ("[rank1]:hello", 1, True),
-        ("[rank0]:hello", 1, False),
-        ("[call1]:hello", 1, True),
-        ("[call0]:hello", 1, False),
-        ("W1123 torchrun says", 1, True),
-        ("[not a prefix", 1, True),
-    ],
-)
-def test_line_of_rank(line: str, rank: int, mine: bool) -> None:
-    assert _line_of_rank(line, "call", rank, rank % 2) is mine
-
-
-def test_root_cause_rank_from_torchruns_summary() -> None:
-    from distspec.callables import _root_cause_rank
-
-    summary = [
-        "Failures:",
-        "[1]:",
-        "  rank      : 0 (local_rank: 0)",
-        "  exitcode  : -15 (pid: 3315)  (SIGTERM)",
-        "------------------------------------------------------",
-        "Root Cause (first observed failure):",
-        "[0]:",
-        "  time      : 2026-11-23_11:56:46",
-        "  host      : localhost",
-        "  rank      : 1 (local_rank: 1)",
-        "  exitcode  : -9 (pid: 3316)  (SIGKILL)",
-    ]
-    assert _root_cause_rank(summary) == 1
-    assert _root_cause_rank(summary[:5]) is None
 
 
 def test_peer_caused_failures() -> None:

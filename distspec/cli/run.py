@@ -470,7 +470,7 @@ def exit_code(
     on failure also who failed (rank, host, exit code or signal) and its traceback."""
     from distspec.cli.status import duration_text
     from distspec.specs.state import AppState
-    from distspec.torchrun import aborted_at_exit
+    from distspec.torchrun_output import aborted_at_exit, signal_name
 
     err = sys.stderr
     # Where the scheduler gives no times (Slurm, PBS), the time this command followed it.
@@ -498,7 +498,7 @@ def exit_code(
     if code is None:
         how = "ended with an unknown exit code"
     elif code > 128 and code - 128 < 65:
-        how = f"was killed by {_signal_name(code - 128)} (exit code {code})"
+        how = f"was killed by {signal_name(code - 128)} (exit code {code})"
     else:
         how = f"exited with {code}"
     who = f"{failed.role}/{failed.id}" + (f" rank {rank}" if rank is not None else "")
@@ -553,20 +553,11 @@ def _print_script_output(status: AppStatus, err: TextIO, lines: int = 10) -> Non
     print("---", file=err)
 
 
-def _signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _failing_rank(
     runner: Runner, handle: AppHandle, role: str, replica: int
 ) -> tuple[int | None, list[str], str]:
     """(rank, its traceback or last lines, error) from the failed replica's log."""
-    from distspec.schedulers._common import failure_excerpt
+    from distspec.torchrun_output import failure_excerpt
 
     try:
         lines = [(ln.rank, ln.text) for ln in runner.log_lines(handle, role, replica)]

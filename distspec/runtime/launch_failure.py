@@ -10,8 +10,8 @@ of a failed job: the failing rank, its host, how it ended, and its traceback; th
 exit code is the worker's (128 + N for a signal N).
 
 The reading of torchrun's table and of the workers' lines is
-:func:`distspec.torchrun.root_cause`, :func:`~distspec.torchrun.split_rank` and
-:func:`~distspec.torchrun.failure_excerpt`, the functions ``run --wait`` uses.
+:func:`distspec.torchrun_output.root_cause`, :func:`~distspec.torchrun_output.split_rank`
+and :func:`~distspec.torchrun_output.failure_excerpt`, the functions ``run --wait`` uses.
 A worker's traceback carries its rank when torch wrote it (after
 ``init_process_group``, torch's exception hook prefixes ``[rankN]: ``); one written
 before that has no rank, and the last such traceback is taken as the failed
@@ -25,7 +25,13 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from distspec.torchrun import failure_excerpt, root_cause, split_rank
+from distspec.torchrun_output import (
+    exit_code_of,
+    failure_excerpt,
+    root_cause,
+    signal_name,
+    split_rank,
+)
 
 __all__ = ["Failure", "TorchrunStderr", "failure_report"]
 
@@ -128,20 +134,15 @@ def failure_report(written: Sequence[str], hidden: Sequence[str] = ()) -> Failur
             several (one torchrun per node), the first table is the first failure.
             Without any, the table is looked for in ``written``.
     """
-    table = list(hidden) or list(written)
-    starts = [i for i, text in enumerate(table) if text.startswith("Root Cause")]
-    if not starts:
-        return None
-    found = root_cause(table[: starts[0] + 12])
+    found = root_cause(list(hidden) or list(written), first=True)
     if found is None or found.exitcode is None:
         return None
     value = found.exitcode
+    code = exit_code_of(value)
     if value < 0:
-        how = f"was killed by {_signal_name(-value)} (exit code {128 - value})"
-        code = 128 - value
+        how = f"was killed by {signal_name(-value)} (exit code {code})"
     else:
         how = f"exited with {value}"
-        code = value
     who = f"rank {found.rank}" if found.rank is not None else "a worker"
     if found.local_rank is not None:
         who += f" (local rank {found.local_rank})"
@@ -175,11 +176,3 @@ def _split(text: str) -> tuple[int | None, str]:
         rest = rest[1:]
     return rank, rest
 
-
-def _signal_name(number: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

@@ -15,9 +15,14 @@ from distspec.specs.app import AppDef, Role
 from distspec.specs.frozen import frozen, frozendict, replace
 from distspec.specs.macros import Macro
 
-# The readers of workers' output live beside the torchrun command line, so that the
-# in-job ``distspec launch`` uses them too; re-exported here for the backends.
-from distspec.torchrun import RANK_PREFIX_TEMPLATE, failure_excerpt, split_rank
+# torchrun's output is read by one standard-library module, which the local
+# supervisor and the in-job ``distspec launch`` use too; re-exported for the backends.
+from distspec.torchrun_output import (
+    RANK_PREFIX_ENV,
+    RANK_PREFIX_TEMPLATE,
+    signal_name,
+    torchrun_root_cause,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,18 +32,15 @@ if TYPE_CHECKING:
     from distspec.specs.state import AppStatus
 
 __all__ = [
-    "RANK_PREFIX_TEMPLATE",
     "MacroValues",
     "ShellExpr",
     "check_capabilities",
-    "failure_excerpt",
     "filter_lines",
     "log_file_name",
     "read_log_lines",
     "shell_join",
     "shell_word",
     "signal_name",
-    "split_rank",
     "submit_env",
     "substitute_role",
     "torchrun_root_cause",
@@ -166,40 +168,6 @@ def filter_lines(
     yield from deque(selected, maxlen=tail)
 
 
-_RANK_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-
-
-def signal_name(number: int) -> str:
-    """``SIGKILL`` for 9; ``signal N`` for a number that names no signal."""
-    import signal
-
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str] | None:
-    """``(exit code, reason)`` of the first failed worker from torchrun's
-    ChildFailedError report ("Root Cause (first observed failure)"), or None when
-    there is none. Every backend reads a worker's own code this way.
-
-    torchrun itself exits 1 whenever a worker fails; the worker's own code (a
-    negative number for a signal) is only in this report. ``lines`` is the replica's
-    output without newlines, in order: stdout and stderr merged (Slurm, PBS) or
-    stderr alone (local_cwd). The exit code is shell-style (signal N is 128+N). The
-    reason names the rank, how it ended and what it printed last: the exception line
-    of its last traceback if it printed one, else its last non-empty line (a
-    trailing warning does not hide the error).
-
-    The implementation is local_cwd's supervisor's, which must import only the
-    standard library; this is its name for the other backends.
-    """
-    from distspec.schedulers.local.supervisor import torchrun_root_cause as read
-
-    return read(list(lines), role)
-
-
 def with_location(status: AppStatus, folder: str | None, native_id: str) -> AppStatus:
     """``status`` with the job folder, the scheduler's own id and each replica's log
     path (``<folder>/<role>-<replica>.log``) filled in, for the batch backends."""
@@ -231,7 +199,7 @@ def submit_env(base: Mapping[str, str]) -> dict[str, str]:
     import sys
 
     env = dict(base)
-    env.setdefault(_RANK_ENV, RANK_PREFIX_TEMPLATE)
+    env.setdefault(RANK_PREFIX_ENV, RANK_PREFIX_TEMPLATE)
     bin_dir = os.path.dirname(sys.executable)
     path = env.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):

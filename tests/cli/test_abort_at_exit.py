@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from distspec.torchrun import TERMINATE_AT_EXIT, aborted_at_exit
+from distspec.torchrun_output import TERMINATE_AT_EXIT, aborted_at_exit
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

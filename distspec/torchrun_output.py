@@ -1,0 +1,334 @@
+"""What torchrun and its workers print, read in one place.
+
+torchrun's output is an external format: its ``--tee`` prefixes on worker lines
+(``[rank3]:``, ``[trainer1]:``), the prefix torch's exception hook puts on a worker's
+traceback (``[rank3]: ``), the ChildFailedError report whose "Root Cause (first
+observed failure)" entry names the failed worker, its host and its exit code (minus
+the signal for a signal), and the C++ runtime's ``terminate`` message of a process
+that aborts as it exits. Everything that reads them uses this module: the local
+supervisor, the Slurm, PBS and Kubernetes backends (the code a replica exited with),
+``distspec log --rank`` and ``run --wait`` (who failed and what it said), Python
+callables (which rank died first) and the in-job ``distspec launch``.
+
+It imports only the standard library, and nothing at all until a function needs it,
+so that code started without ``site`` (the local supervisor), the in-job runtime and
+the CLI's compile path can all import it for free. Every function is pure: log lines
+in (without newlines), values out.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "RANK_PREFIX_ENV",
+    "RANK_PREFIX_TEMPLATE",
+    "TERMINATE_AT_EXIT",
+    "RootCause",
+    "aborted_at_exit",
+    "exit_code_of",
+    "failure_excerpt",
+    "line_of_rank",
+    "root_cause",
+    "signal_name",
+    "split_rank",
+    "torchrun_root_cause",
+]
+
+#: The variable torchrun reads the template of its ``--tee`` line prefix from.
+RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+
+#: torchrun's ``--tee`` prefixes each worker line with ``[<role><local rank>]:``; with
+#: this template (in :data:`RANK_PREFIX_ENV`) it writes the worker's *global* rank
+#: instead, in the form torch's own exception hook uses (``[rank3]: ``), so one parser
+#: (:func:`split_rank`) recovers the rank of a line.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+
+#: What the C++ runtime prints when a process ends while a ``std::thread`` is still
+#: joinable: torch's process-group threads, when a script returns without
+#: ``destroy_process_group()``, now and then (then SIGABRT, exit code 134).
+TERMINATE_AT_EXIT = "terminate called without an active exception"
+
+_ROOT_CAUSE = "Root Cause"
+_TRACEBACK = "Traceback ("
+
+
+# -- exit codes and signals ----------------------------------------------------------
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal N`` for a number that names no signal."""
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell-style exit code: a death by signal N (a return code of -N, as
+    ``subprocess`` and torchrun's report give it) is 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# -- rank prefixes ---------------------------------------------------------------------
+
+
+def split_rank(text: str, role: str = "") -> tuple[int | None, str]:
+    """``(global rank, text)`` of a replica's log line, without torchrun's prefixes.
+
+    Recognised, in this order and each at most once: torchrun's tee prefix as
+    :data:`RANK_PREFIX_TEMPLATE` makes it (``[rank3]:``) or torchrun's default
+    (``[<role><local rank>]:``, giving no global rank), then the prefix torch's
+    exception hook puts on a traceback after ``init_process_group`` (``[rank3]: ``).
+    A line with none of them (torchrun's own messages, a plain program) has rank None.
+    """
+    rank: int | None = None
+    rest = text
+    if rest.startswith("[rank"):
+        end = rest.find("]:", 5)
+        if end > 5 and rest[5:end].isdigit():
+            rank, rest = int(rest[5:end]), rest[end + 2 :]
+    elif role and rest.startswith("[" + role):
+        end = rest.find("]:", len(role) + 1)
+        if end > len(role) + 1 and rest[len(role) + 1 : end].isdigit():
+            rest = rest[end + 2 :]
+    if rest.startswith("[rank"):
+        end = rest.find("]: ", 5)
+        if end > 5 and rest[5:end].isdigit() and (rank is None or int(rest[5:end]) == rank):
+            rank, rest = int(rest[5:end]), rest[end + 3 :]
+    return rank, rest
+
+
+def line_of_rank(text: str, role: str, rank: int, local_rank: int) -> bool:
+    """Whether a torchrun ``--tee`` line belongs to ``rank``: torchrun prefixes each
+    worker line with ``[rank<global rank>]:`` (``[<role><local rank>]:`` in older
+    versions); lines without such a prefix (torchrun's own) belong to every rank."""
+    if not text.startswith("["):
+        return True
+    label, sep, _ = text[1:].partition("]:")
+    if not sep:
+        return True
+    for name, number in (("rank", rank), (role, local_rank)):
+        if label.startswith(name) and label[len(name) :].isdigit():
+            return int(label[len(name) :]) == number
+    return True
+
+
+# -- the ChildFailedError report ---------------------------------------------------------
+
+
+class RootCause:
+    """The first failure torchrun observed, from its ChildFailedError report.
+
+    Attributes:
+        rank: the failed worker's global rank.
+        local_rank: its rank on its node.
+        host: the node it ran on, as torchrun names it (``socket.getfqdn()``).
+        exitcode: torchrun's number for it: the exit code, or minus the signal.
+        pid: its process id.
+    """
+
+    # A frozen record without dataclasses (whose import the supervisor and the
+    # compile path do not pay for).
+    __slots__ = ("exitcode", "host", "local_rank", "pid", "rank")
+    _FIELDS = ("rank", "local_rank", "host", "exitcode", "pid")
+
+    rank: int | None
+    local_rank: int | None
+    host: str | None
+    exitcode: int | None
+    pid: int | None
+
+    def __init__(
+        self,
+        *,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        host: str | None = None,
+        exitcode: int | None = None,
+        pid: int | None = None,
+    ) -> None:
+        for name, value in zip(self._FIELDS, (rank, local_rank, host, exitcode, pid), strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"RootCause is frozen: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RootCause):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(self._FIELDS, self._values(), strict=True))
+        return f"RootCause({fields})"
+
+
+def _report_start(lines: Sequence[str], *, first: bool = False) -> int | None:
+    """The index of the last (or ``first``) line starting "Root Cause", or None."""
+    starts = [i for i, text in enumerate(lines) if text.startswith(_ROOT_CAUSE)]
+    if not starts:
+        return None
+    return starts[0] if first else starts[-1]
+
+
+def root_cause(lines: Sequence[str], *, first: bool = False) -> RootCause | None:
+    """The "Root Cause (first observed failure)" entry of the last (with ``first``,
+    the first) ChildFailedError report in ``lines`` (torchrun's stderr, without
+    newlines), or None without one.
+
+    The entry reads (torch 2.x)::
+
+        Root Cause (first observed failure):
+        [0]:
+          time      : 2026-11-26_09:15:07
+          host      : n1
+          rank      : 3 (local_rank: 1)
+          exitcode  : 7 (pid: 29855)
+          error_file: <N/A>
+          traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+        ============================================================
+    """
+    start = _report_start(lines, first=first)
+    if start is None:
+        return None
+    fields: dict[str, str] = {}
+    for text in lines[start + 1 : start + 12]:
+        if text.startswith("="):
+            break
+        key, _, value = text.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+
+    def number(text: str | None, pattern: str = "") -> int | None:
+        if text is None:
+            return None
+        if pattern:
+            rest = text.partition(pattern)[2]
+            if not rest:
+                return None
+            text = rest
+        word = text.strip().split(" ")[0].rstrip(")")
+        try:
+            return int(word)
+        except ValueError:
+            return None
+
+    found = RootCause(
+        rank=number(fields.get("rank")),
+        local_rank=number(fields.get("rank"), "local_rank:"),
+        host=fields.get("host") or None,
+        exitcode=number(fields.get("exitcode")),
+        pid=number(fields.get("exitcode"), "pid:"),
+    )
+    return None if found == RootCause() else found
+
+
+def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str] | None:
+    """``(exit code, reason)`` of the first failed worker from torchrun's last
+    ChildFailedError report (:func:`root_cause`), or None when there is none or it
+    gives no exit code. Every backend reads a worker's own code this way.
+
+    torchrun itself exits 1 whenever a worker fails; the worker's own code (a
+    negative number for a signal) is only in this report. ``lines`` is the replica's
+    output without newlines, in order: stdout and stderr merged (Slurm, PBS) or
+    stderr alone (local_cwd). The exit code is shell-style (:func:`exit_code_of`).
+    The reason names the rank, how it ended and what it printed last: the exception
+    line of its last traceback if it printed one, else its last non-empty line (a
+    trailing warning does not hide the error).
+    """
+    lines = list(lines)
+    start = _report_start(lines)
+    found = root_cause(lines[start:]) if start is not None else None
+    if found is None or found.exitcode is None:
+        return None
+    value = found.exitcode
+    ranked = found.rank is not None and found.local_rank is not None
+    who = f"rank {found.rank} (local_rank {found.local_rank})" if ranked else "a worker"
+    how = f"was killed by {signal_name(-value)}" if value < 0 else f"exited with {value}"
+    reason = f"torchrun: {who} {how}"
+    if found.pid is not None:
+        reason += f", pid {found.pid}"
+    if ranked:
+        # With --tee torchrun prefixes each worker line: [rank<global rank>]: under the
+        # RANK_PREFIX_TEMPLATE distspec sets, else [<role><local rank>]:.
+        tee = f"[rank{found.rank}]:"
+        prefixes = [tee] + ([f"[{role}{found.local_rank}]:"] if role else [])
+        said = [ln[len(p) :] for ln in lines[:start] for p in prefixes if ln.startswith(p)]
+        said = [ln[len(tee) + 1 :] if ln.startswith("[rank") else ln for ln in said]
+        last = _last_said(said)
+        if last:
+            reason += f"; its last line: {last[:200]}"
+    return exit_code_of(value), reason
+
+
+def _last_said(said: Sequence[str]) -> str:
+    """What a rank printed last that tells why it failed: the exception line of its
+    last traceback, else its last non-empty line (a warning torch prints at exit,
+    after the traceback, is not it)."""
+    starts = [i for i, text in enumerate(said) if text.startswith(_TRACEBACK)]
+    if starts:
+        # The exception line is the first line after the frames that is not indented.
+        for text in said[starts[-1] + 1 :]:
+            if text.strip() and not text[0].isspace():
+                return text.strip()
+    for text in reversed(said):
+        if text.strip():
+            return text.strip()
+    return ""
+
+
+# -- what a failed rank said ---------------------------------------------------------------
+
+
+def aborted_at_exit(excerpt: Sequence[str]) -> bool:
+    """Whether a failed rank's last lines (:func:`failure_excerpt`) show an abort as
+    its process exited: the C++ ``terminate`` message among its last lines and no
+    Python traceback, i.e. the script had returned when the process died."""
+    tail = [text for text in excerpt if text.strip()][-3:]
+    return any(TERMINATE_AT_EXIT in text for text in tail) and not any(
+        text.startswith(_TRACEBACK) for text in excerpt
+    )
+
+
+def failure_excerpt(
+    lines: Sequence[tuple[int | None, str]], *, limit: int = 40
+) -> tuple[int | None, list[str]]:
+    """``(rank, excerpt)``: who failed in a failed replica's log and what it said.
+
+    ``lines`` are ``(rank, text)`` pairs as :func:`split_rank` gives them. The rank is
+    the first failure torchrun reports (:func:`root_cause`), else the rank of the last
+    traceback, else None. The excerpt is that rank's last traceback (from
+    ``Traceback (most recent call last):`` to its last line), else its last lines;
+    for a plain program (no ranks) the last traceback or last lines of the log. At
+    most ``limit`` lines, the end kept.
+    """
+    found = root_cause([text for line_rank, text in lines if line_rank is None])
+    rank = found.rank if found is not None else None
+    if rank is None:
+        traced = [r for r, text in lines if r is not None and text.startswith(_TRACEBACK)]
+        rank = traced[-1] if traced else None
+    if rank is not None:
+        own = [text for r, text in lines if r == rank]
+    else:
+        own = [text for _, text in lines if not text.startswith("distspec: ")]
+    starts = [i for i, text in enumerate(own) if text.startswith(_TRACEBACK)]
+    excerpt = own[starts[-1] :] if starts else own[-20:]
+    if rank is None and starts:
+        # A plain program's traceback ends at its exception line; what follows is
+        # other output (or a wrapper's messages).
+        end = next(
+            (i for i, text in enumerate(excerpt) if i and text and not text[0].isspace()),
+            len(excerpt) - 1,
+        )
+        excerpt = excerpt[: end + 1]
+    return rank, excerpt[-limit:]

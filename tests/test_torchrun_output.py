@@ -1,0 +1,147 @@
+"""torchrun's output, read by distspec.torchrun_output: rank prefixes, the
+ChildFailedError report, exit codes and signal names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distspec.torchrun_output import (
+    RootCause,
+    exit_code_of,
+    line_of_rank,
+    root_cause,
+    signal_name,
+    split_rank,
+    torchrun_root_cause,
+)
+
+DATA = Path(__file__).resolve().parent / "data" / "launch"
+
+SUMMARY = [
+    "Failures:",
+    "[1]:",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : -15 (pid: 3315)  (SIGTERM)",
+    "------------------------------------------------------",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2026-11-23_11:56:46",
+    "  host      : localhost",
+    "  rank      : 1 (local_rank: 1)",
+    "  exitcode  : -9 (pid: 3316)  (SIGKILL)",
+]
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "mine"),
+    [
+        ("[rank1]:hello", 1, True),
+        ("[rank0]:hello", 1, False),
+        ("[call1]:hello", 1, True),
+        ("[call0]:hello", 1, False),
+        ("W1123 torchrun says", 1, True),
+        ("[not a prefix", 1, True),
+    ],
+)
+def test_line_of_rank(line: str, rank: int, mine: bool) -> None:
+    assert line_of_rank(line, "call", rank, rank % 2) is mine
+
+
+@pytest.mark.parametrize(
+    ("line", "role", "expected"),
+    [
+        ("[rank3]:hello", "", (3, "hello")),
+        ("[rank3]:[rank3]: Traceback", "", (3, "Traceback")),
+        ("[train1]:[rank3]: Traceback", "train", (3, "Traceback")),
+        ("[train1]:step", "train", (None, "step")),
+        ("[rank3]:[rank2]: other", "", (3, "[rank2]: other")),
+        ("torchrun says", "train", (None, "torchrun says")),
+    ],
+)
+def test_split_rank(line: str, role: str, expected: tuple[int | None, str]) -> None:
+    assert split_rank(line, role) == expected
+
+
+def test_root_cause_reads_the_entry_of_the_summary() -> None:
+    assert root_cause(SUMMARY) == RootCause(
+        rank=1, local_rank=1, host="localhost", exitcode=-9, pid=3316
+    )
+    assert root_cause(SUMMARY, first=True) == root_cause(SUMMARY)
+    assert root_cause(SUMMARY[:5]) is None
+    assert root_cause(["Root Cause (first observed failure):", "====="]) is None
+
+
+def test_root_cause_first_or_last_of_two_reports() -> None:
+    second = [*SUMMARY[5:9], "  rank      : 4 (local_rank: 0)", "  exitcode  : 3 (pid: 9)"]
+    lines = SUMMARY + second
+    found = root_cause(lines)
+    assert found is not None and found.rank == 4
+    found = root_cause(lines, first=True)
+    assert found is not None and found.rank == 1
+
+
+def test_root_cause_is_frozen() -> None:
+    found = RootCause(rank=1)
+    with pytest.raises(AttributeError):
+        found.rank = 2  # type: ignore[misc]
+    assert repr(found) == ("RootCause(rank=1, local_rank=None, host=None, exitcode=None, pid=None)")
+    assert hash(found) == hash(RootCause(rank=1))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("torchrun-exit7.stderr", (7, "torchrun: rank 1 (local_rank 1) exited with 7, pid 21796")),
+        (
+            "torchrun-raise.stderr",
+            (
+                1,
+                "torchrun: rank 1 (local_rank 1) exited with 1, pid 23632; its last line: "
+                "RuntimeError: rank 1 fails on purpose",
+            ),
+        ),
+        (
+            "srun-torchrun-exit7.stderr",
+            (7, "torchrun: rank 3 (local_rank 1) exited with 7, pid 13224"),
+        ),
+    ],
+)
+def test_torchrun_root_cause_of_real_torchrun_output(name: str, expected: tuple[int, str]) -> None:
+    assert torchrun_root_cause((DATA / name).read_text().splitlines()) == expected
+
+
+def test_torchrun_root_cause_of_a_signal() -> None:
+    assert torchrun_root_cause(SUMMARY) == (
+        137,
+        "torchrun: rank 1 (local_rank 1) was killed by SIGKILL, pid 3316",
+    )
+    assert torchrun_root_cause(SUMMARY[:5]) is None
+
+
+def test_signal_names_and_exit_codes() -> None:
+    assert signal_name(9) == "SIGKILL"
+    assert signal_name(99) == "signal 99"
+    assert exit_code_of(-11) == 139
+    assert exit_code_of(7) == 7
+
+
+def test_imports_nothing_but_itself() -> None:
+    # The local supervisor (python -S) and the compile path import it for free.
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import distspec.torchrun_output\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert out.stdout.strip() == "['__future__', 'distspec', 'distspec.torchrun_output']"
