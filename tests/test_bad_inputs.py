@@ -754,13 +754,13 @@ def test_refused_kubernetes_values_are_ones_the_api_server_rejects(
     print breaks a rule tests/k8s_validate.py knows the API server enforces."""
     import yaml
 
-    from distspec.schedulers.kubernetes import manifest
+    from distspec.schedulers.kubernetes import checks
     from tests.k8s_validate import check_semantics
 
     argv = _k8s(cfg)
     assert main(argv) == 2
     capfd.readouterr()
-    monkeypatch.setattr(manifest, "_check_api_names", lambda app, opts: None)
+    monkeypatch.setattr(checks, "_check_api_names", lambda app, opts: None)
     assert main(argv) == 0
     docs = [d for d in yaml.safe_load_all(capfd.readouterr().out) if d]
     assert check_semantics(docs) != []

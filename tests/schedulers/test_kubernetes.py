@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from distspec.errors import CompileError, OptionError
 from distspec.schedulers.api import Request
 from distspec.schedulers.kubernetes import KubernetesScheduler
-from distspec.schedulers.kubernetes.manifest import Flavor, k8s_escape, k8s_id, k8s_role
+from distspec.schedulers.kubernetes.expansion import k8s_escape
+from distspec.schedulers.kubernetes.names import k8s_id, k8s_role
+from distspec.schedulers.kubernetes.options import Flavor
 from distspec.specs.app import AppDef, Resource, Role
 from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
 from tests.k8s_validate import check_semantics, validate_builtin, validate_crd
@@ -520,11 +522,11 @@ def test_compile_module_imports_no_yaml_at_import() -> None:
 
 @given(st.text(alphabet="aZ9_.-%$ é", max_size=80))
 def test_name_sanitisers_agree_with_their_regex_definitions(text: str) -> None:
-    from distspec.schedulers.kubernetes import manifest as km
+    from distspec.schedulers.kubernetes import names
 
     label = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
-    assert km._label_value(text) == re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", label)
+    assert names.label_value(text) == re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", label)
     dns = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower())).strip("-")
     if dns and dns[0].isalpha() and len(dns) <= 40:
-        assert km._dns_label(text, 40) == dns
+        assert names.dns_label(text, 40) == dns
     assert k8s_escape(text.replace("$", "")) == text.replace("$", "")

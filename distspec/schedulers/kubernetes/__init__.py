@@ -1,10 +1,19 @@
 """Kubernetes: each replica a pod of an Indexed Job (plus a headless Service), a
 JobSet or a Volcano Job.
 
-- :mod:`.manifest`: the options and the pure compile step, AppDef + options -> the
-  manifests;
-- :mod:`.scheduler`: :class:`KubernetesScheduler`, which talks to the API server
-  through the ``kubernetes`` client.
+The pure half, AppDef + options -> manifests:
+
+- :mod:`.options`: :class:`KubernetesOptions` (``-cfg``) and the :class:`Flavor`;
+- :mod:`.names`: the names, labels and annotations derived from an app id;
+- :mod:`.checks`: what the API server or a flavour would refuse, refused at compile time;
+- :mod:`.expansion`: macros as literals or ``$(VAR)`` references;
+- :mod:`.manifest`: the pod template and the Job / JobSet / Volcano Job, as YAML.
+
+The effectful half:
+
+- :mod:`.client`: the API calls, through the ``kubernetes`` client (imported on first use);
+- :mod:`.status`: an app's status from its pods and Jobs (pure);
+- :mod:`.scheduler`: :class:`KubernetesScheduler`.
 
 The names below are imported on first use (PEP 562), so importing the package costs
 nothing; ``distspec.schedulers.kubernetes:KubernetesScheduler`` is the registry's
@@ -19,16 +28,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from distspec.schedulers.kubernetes.manifest import Flavor, KubernetesOptions
-    from distspec.schedulers.kubernetes.scheduler import KubernetesScheduler, render_yaml
+    from distspec.schedulers.kubernetes.manifest import render_yaml
+    from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
+    from distspec.schedulers.kubernetes.scheduler import KubernetesScheduler
 
 __all__ = ["Flavor", "KubernetesOptions", "KubernetesScheduler", "render_yaml"]
 
 _WHERE = {
-    "Flavor": "manifest",
-    "KubernetesOptions": "manifest",
+    "Flavor": "options",
+    "KubernetesOptions": "options",
     "KubernetesScheduler": "scheduler",
-    "render_yaml": "scheduler",
+    "render_yaml": "manifest",
 }
 
 
