@@ -131,31 +131,7 @@ def ddp(
         pp: pipeline-parallel degree (see --tp).
         cp: context-parallel degree (see --tp).
     """
-    return _torchrun_app(
-        script_args,
-        script=script,
-        m=m,
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        mem_mb=mem_mb,
-        j=j,
-        bare_j=_BareJ.PROCESSES,
-        env=env,
-        max_retries=max_retries,
-        max_restarts=max_restarts,
-        rdzv_backend=rdzv_backend,
-        rdzv_port=rdzv_port,
-        rdzv_conf=rdzv_conf,
-        mounts=mounts,
-        debug=debug,
-        tee=tee,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-    )
+    return _torchrun_app(_BareJ.PROCESSES, **locals())
 
 
 def spmd(
@@ -235,31 +211,7 @@ def spmd(
         pp: pipeline-parallel degree (see --tp).
         cp: context-parallel degree (see --tp).
     """
-    return _torchrun_app(
-        script_args,
-        script=script,
-        m=m,
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        mem_mb=mem_mb,
-        j=j,
-        bare_j=_BareJ.NODES,
-        env=env,
-        max_retries=max_retries,
-        max_restarts=max_restarts,
-        rdzv_backend=rdzv_backend,
-        rdzv_port=rdzv_port,
-        rdzv_conf=rdzv_conf,
-        mounts=mounts,
-        debug=debug,
-        tee=tee,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-    )
+    return _torchrun_app(_BareJ.NODES, **locals())
 
 
 def torchrun(
@@ -338,31 +290,7 @@ def torchrun(
         pp: pipeline-parallel degree (see --tp).
         cp: context-parallel degree (see --tp).
     """
-    return _torchrun_app(
-        script_args,
-        script=script,
-        m=m,
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        mem_mb=mem_mb,
-        j=j,
-        bare_j=_BareJ.NODES_WITH_H,
-        env=env,
-        max_retries=max_retries,
-        max_restarts=max_restarts,
-        rdzv_backend=rdzv_backend,
-        rdzv_port=rdzv_port,
-        rdzv_conf=rdzv_conf,
-        mounts=mounts,
-        debug=debug,
-        tee=tee,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-    )
+    return _torchrun_app(_BareJ.NODES_WITH_H, **locals())
 
 
 class _BareJ(enum.Enum):
@@ -422,6 +350,7 @@ def job_name(name: str | None, derived: str) -> tuple[str, dict[str, str]]:
 
 
 def _torchrun_app(
+    bare_j: _BareJ,
     script_args: tuple[str, ...],
     *,
     script: str | None,
@@ -439,7 +368,6 @@ def _torchrun_app(
     rdzv_backend: str,
     rdzv_port: int | None,
     mounts: list[str] | None,
-    bare_j: _BareJ,
     rdzv_conf: str | None = None,
     debug: bool,
     tee: int,
@@ -449,11 +377,14 @@ def _torchrun_app(
     role_name: str | None = None,
     derived_name: str | None = None,
 ) -> AppDef:
-    """The one torchrun role of dist.ddp/spmd/torchrun and dist.fn.
+    """The job of dist.ddp/spmd/torchrun and dist.fn: one torchrun role, ``-j`` read
+    as ``bare_j`` says.
 
-    ``role_name`` replaces the name derived from the script or module (dist.fn's
-    ``fn``); ``derived_name`` is the job name without ``--name`` (the role name
-    when not given).
+    Every other parameter of dist.ddp, dist.spmd and dist.torchrun is a keyword here
+    of the same name, so they pass theirs as ``**locals()`` (Python refuses a missing
+    or unknown one). ``role_name`` replaces the name derived from the script or
+    module (dist.fn's ``fn``); ``derived_name`` is the job name without ``--name``
+    (the role name when not given).
     """
     if (script is None) == (m is None):
         given = "both" if script is not None else "neither"

@@ -148,6 +148,7 @@ def fn(
     # The launch is dist.ddp's, -j and --name included (a bare -j M is one node of
     # M processes whatever --gpu or -h say); only the program and role name differ.
     return dist._torchrun_app(
+        dist._BareJ.PROCESSES,
         tuple(args),
         script=None,
         m=WORKER_MODULE,
@@ -158,7 +159,6 @@ def fn(
         gpu=gpu,
         mem_mb=mem_mb,
         j=j,
-        bare_j=dist._BareJ.PROCESSES,
         env=env,
         max_retries=max_retries,
         max_restarts=0,  # a restart would run the function again over its results
