@@ -145,7 +145,7 @@ def test_root_cause_reads_the_default_tee_prefix_too() -> None:
 
 
 def test_replica_exit_prefers_the_report_in_the_log(tmp_path: Path) -> None:
-    from distspec.schedulers.batch.scheduler import replica_exit
+    from distspec.schedulers.batch.folder import replica_exit
 
     (tmp_path / "trainer-0.log").write_text("\n".join(_torchrun_log(-9, "step 1")) + "\n")
     files = {"trainer-0.exit": "1", "trainer-1.exit": "143", "trainer-2.exit": "0"}

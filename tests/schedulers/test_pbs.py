@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distspec.errors import CompileError, SchedulerError, UsageError
-from distspec.schedulers.batch.scheduler import read_job_folder, replica_exit
+from distspec.schedulers.batch.folder import read_job_folder, replica_exit
 from distspec.schedulers.pbs import (
     PBS_STATES,
     Launcher,
@@ -911,7 +911,7 @@ def test_describe_torque_without_a_record_finds_the_folder(
         ("train", "n02"),
     ]
     fake_commands.on("qstat", stdout=TORQUE_COMPLETED)
-    assert sched._folder(None, sched._qstat("77.torque.example.org")) == folder
+    assert sched._queried_folder("77.torque.example.org") == folder
 
 
 def test_a_finished_job_without_record_or_output_path_is_unknown_not_cancelled(

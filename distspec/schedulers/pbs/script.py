@@ -10,211 +10,40 @@ Each task is ``<job folder>/task.sh``, which the batch script writes at run time
 (the spooled script itself is not visible on the other hosts); it takes the replica
 id from its argument (pbsdsh) or from the MPI launcher's rank variable (mpiexec).
 The script's size does not depend on the node count. The job folder it writes is
-described in :mod:`distspec.schedulers.batch.scheduler`.
+described in :mod:`distspec.schedulers.batch`.
 
 Nothing here runs a command or reads the environment.
 """
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
 from distspec.schedulers._common import MacroValues, ShellExpr, shell_join, shell_word
-from distspec.schedulers.batch.scheduler import (
-    START,
-    STAY,
-    WAIT_FUNCTIONS,
-    attempt_loop,
+from distspec.schedulers.batch import script as batch
+from distspec.schedulers.pbs.options import (
+    NAME,
+    Launcher,
+    PbsOptions,
+    ResourceStyle,
     check_job_dir,
-    check_rank0_host,
-    cpus_per_node,
-    rank0_host_word,
-    role_function,
-    task_function,
+    check_options,
+    qsub_args_directives,
 )
-from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role
-from distspec.specs.frozen import frozen
+from distspec.specs.app import AppDef, RetryPolicy, Role
 from distspec.specs.macros import Macro
-from distspec.specs.options import option
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
-__all__ = ["NAME", "Launcher", "PbsOptions", "ResourceStyle", "compile_script", "job_name"]
+__all__ = ["compile_script", "job_name"]
 
-NAME = "pbs"
-
-
-class ResourceStyle(str, enum.Enum):
-    """How nodes are requested: PBS Pro/OpenPBS chunks or Torque's node spec."""
-
-    SELECT = "select"
-    NODES = "nodes"
-
-
-class Launcher(str, enum.Enum):
-    """What starts one task per host in a multi-node job."""
-
-    PBSDSH = "pbsdsh"
-    MPIEXEC = "mpiexec"
-
-
-@frozen
-class PbsOptions:
-    """Run options of the PBS backend (``-cfg k=v``); each maps to one qsub flag or
-    one choice in the script."""
-
-    queue: str | None = option(None, "Queue to submit to (-q).")
-    account: str | None = option(None, "Account or project to charge (-A).")
-    walltime: str | None = option(
-        None, "Wall-clock limit (-l walltime=): SECONDS, MM:SS or HH:MM:SS."
-    )
-    resource_style: ResourceStyle = option(
-        ResourceStyle.SELECT,
-        "How nodes are requested: select (-l select=N:ncpus=C:...:mpiprocs=1, PBS Pro and "
-        "OpenPBS) or nodes (-l nodes=N:ppn=C, Torque).",
-    )
-    place: str = option(
-        "scatter",
-        "Chunk placement for resource_style=select (-l place=): scatter puts each replica on "
-        "its own host; e.g. scatter:excl for whole hosts; empty to leave it to the server.",
-    )
-    mem: bool = option(True, "Request the role's memory (mem=...mb); false where it is rejected.")
-    launcher: Launcher = option(
-        Launcher.PBSDSH,
-        "What starts one task per host in a multi-node job: pbsdsh (pbsdsh -n, one per host) "
-        "or mpiexec (one mpiexec -n N with mpiexec_args). A 1-node job needs neither.",
-    )
-    mpiexec_args: tuple[str, ...] = option(
-        ("--ppn", "1"),
-        "Arguments after mpiexec -n N that place one process per host, separated by ';': "
-        "--ppn;1 for MPICH, Intel MPI and Cray PALS, --map-by;ppr:1:node for Open MPI.",
-    )
-    export_env: bool = option(
-        True, "Pass the submitting environment to the job (-V), as sbatch does by default."
-    )
-    mail_user: str | None = option(None, "Where PBS mails job events (-M).")
-    mail_events: str | None = option(
-        None, "Which events are mailed (-m): any of a (abort), b (begin), e (end), or n."
-    )
-    depend: str | None = option(
-        None, "Dependencies (-W depend=), e.g. afterok:1234.server or afterany:12:13."
-    )
-    job_name_max: int = option(
-        15,
-        "Longest #PBS -N name; longer app names are cut (POSIX and older Torque allow 15 "
-        "characters, PBS Pro 236). The job folder is named by the app id either way.",
-    )
-    job_dir: str | None = option(
-        None,
-        "Absolute directory for the submitted script and the logs; the default is "
-        "<state dir>/pbs. Must be on a filesystem the hosts share.",
-    )
-    rank0_host: str = option(
-        "{host}",
-        "Rendezvous host template; {host} is the first line of $PBS_NODEFILE, e.g. {host}-ib.",
-    )
-    qsub_args: tuple[str, ...] = option(
-        (), "Extra qsub flags, each -X or '-X value', separated by ';' (e.g. -r y;-p 10)."
-    )
-    unbuffered: bool = option(
-        True,
-        "Live logs: PYTHONUNBUFFERED=1 for every replica (unless the role sets it), so "
-        "`distspec log -f` shows Python output as it is written; false leaves it buffered.",
-    )
-
-
-# Patterns are strings compiled on first use (re caches them): a dry run pays only for
-# the ones its options need. Plain character classes are checked with str.strip.
-_WALLTIME = r"^\d+(:\d{1,2}){0,2}$"
-_PLACE = r"^((free|pack|scatter|vscatter)(:(excl|exclhost|shared|group=\w+))*)?$"
-_MAIL_EVENTS = r"^(n|[abejfp]+)$"
-_DEPEND = r"^[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+(,[a-z]+(:[A-Za-z0-9_.\[\]@-]+)+)*$"
-_PLACES = frozenset({"", "free", "pack", "scatter", "vscatter"})
-_SIMPLE = NAME_CHARS + ",:@%/+="
-_QSUB_FLAG = r"(?s)^-([A-Za-z])( (.+))?$"
+# Compiled on first use (re caches it).
 _RESOURCE = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# -o paths are [host:]path and directive lines split on blanks: keep job_dir plain.
-_JOB_DIR = NAME_CHARS + "/+@=,~"
-
-# qsub flags distspec writes itself, or that have their own option: say which.
-_QSUB_OWN = frozenset("NoejJIh")
-_QSUB_OPTIONS = {"q": "queue", "A": "account", "m": "mail_events", "M": "mail_user"}
-_RESOURCES_OWN = ("select", "nodes", "place", "walltime", "ncpus", "ngpus", "mem", "mpiprocs")
 
 
 def _bad(message: str) -> CompileError:
     return CompileError(NAME, message)
-
-
-def _plain(what: str, value: str) -> str:
-    """``value`` for a ``#PBS`` line: qsub splits directives on blanks itself and
-    quoting differs between servers, so only plain values are accepted."""
-    if not value or value.strip(_SIMPLE):
-        raise _bad(f"{what}={value!r}: a #PBS value may hold only letters, digits and _.,:@%/+=-")
-    return value
-
-
-def _check_qsub_args(flags: Sequence[str]) -> list[str]:
-    lines = []
-    for flag in flags:
-        match = re.compile(_QSUB_FLAG).fullmatch(flag)
-        if match is None or any(c in flag for c in "\n\r\x00"):
-            raise _bad(f"qsub_args: {flag!r} is not a qsub flag; write each as -X or '-X value'")
-        letter, value = match.group(1), match.group(3) or ""
-        if letter in _QSUB_OWN:
-            raise _bad(f"qsub_args: -{letter} is set by distspec itself and cannot be changed")
-        if letter in _QSUB_OPTIONS:
-            raise _bad(f"qsub_args: use -cfg {_QSUB_OPTIONS[letter]}=... instead of -{letter}")
-        if letter == "W" and value.startswith("depend="):
-            raise _bad("qsub_args: use -cfg depend=... instead of -W depend=")
-        if letter == "V":
-            raise _bad("qsub_args: use -cfg export_env=true instead of -V")
-        if letter == "l":
-            for item in value.split(","):
-                key = item.partition("=")[0].strip()
-                if key in _RESOURCES_OWN:
-                    hint = "-cfg walltime=..." if key == "walltime" else "the role's resources"
-                    raise _bad(f"qsub_args: -l {key}= is set by distspec; use {hint}")
-        lines.append(f"#PBS -{letter} {_plain('qsub_args', value)}" if value else f"#PBS -{letter}")
-    return lines
-
-
-def _check_options(opts: PbsOptions) -> None:
-    if opts.walltime is not None and not re.compile(_WALLTIME).fullmatch(opts.walltime):
-        raise _bad(f"walltime={opts.walltime!r}: expected SECONDS, MM:SS or HH:MM:SS")
-    if opts.place not in _PLACES and not re.compile(_PLACE).fullmatch(opts.place):
-        raise _bad(
-            f"place={opts.place!r}: expected free, pack, scatter or vscatter, optionally "
-            "with :excl, :exclhost, :shared or :group=RESOURCE"
-        )
-    if opts.mail_events is not None and not re.compile(_MAIL_EVENTS).fullmatch(opts.mail_events):
-        raise _bad(f"mail_events={opts.mail_events!r}: expected letters of abe (or n for none)")
-    if opts.depend is not None and not re.compile(_DEPEND).fullmatch(opts.depend):
-        raise _bad(f"depend={opts.depend!r}: expected TYPE:JOBID[:JOBID...], e.g. afterok:1234")
-    if opts.job_name_max < 1:
-        raise _bad(f"job_name_max={opts.job_name_max}: must be at least 1")
-    check_rank0_host(opts.rank0_host, NAME)
-    for arg in opts.mpiexec_args:
-        if any(c in arg for c in "\n\r\x00"):
-            raise _bad(f"mpiexec_args: {arg!r} contains a line break")
-    for what, value in (
-        ("queue", opts.queue),
-        ("account", opts.account),
-        ("mail_user", opts.mail_user),
-    ):
-        if value is not None:
-            _plain(what, value)
-
-
-def _check_job_dir(job_dir: str) -> None:
-    check_job_dir(job_dir, NAME)
-    if not job_dir.startswith("/") or job_dir.strip(_JOB_DIR):
-        raise _bad(
-            f"job_dir={job_dir!r}: PBS output paths may hold only letters, digits and _./+@=,~- "
-            "(a ':' means host:path to qsub, a blank splits the directive)"
-        )
 
 
 def job_name(app_name: str, limit: int) -> str:
@@ -236,7 +65,7 @@ def _retries(app: AppDef) -> int:
 def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
     res = role.resource
     n = role.num_replicas
-    cpus = cpus_per_node(role)
+    cpus = batch.cpus_per_node(role)
     if opts.resource_style is ResourceStyle.SELECT:
         chunk = [str(n)]
         if cpus:
@@ -291,7 +120,7 @@ def _directives(app: AppDef, opts: PbsOptions, out_path: str) -> list[str]:
         lines.append(f"#PBS -M {opts.mail_user}")
     if opts.depend:
         lines.append(f"#PBS -W depend={opts.depend}")
-    lines += _check_qsub_args(opts.qsub_args)
+    lines += qsub_args_directives(opts.qsub_args)
     return lines
 
 
@@ -315,7 +144,7 @@ def _task(role: Role, *, attempts: bool) -> str:
         "# (MPICH/Intel MPI: PMI_RANK, Cray PALS: PALS_RANKID, Open MPI: OMPI_COMM_WORLD_RANK,\n"
         "# PMIx: PMIX_RANK, Slurm's mpiexec wrapper: SLURM_PROCID). It runs in its own bash on\n"
         "# its host, logs beside the others and records its host and exit code there.\n"
-    ) + task_function(
+    ) + batch.task_function(
         setup=[
             "local id=${1:-${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-"
             "${SLURM_PROCID:-}}}}}}",
@@ -372,6 +201,13 @@ def _launch_lines(role: Role, opts: PbsOptions) -> list[str]:
     ]
 
 
+def _place_hint(opts: PbsOptions) -> str:
+    """What the "hosts needed" message suggests when chunks may share a host."""
+    if opts.resource_style is ResourceStyle.SELECT and not opts.place.startswith("scatter"):
+        return " (-cfg place=scatter puts each replica on its own host)"
+    return ""
+
+
 def _heredoc_end(lines: Sequence[str]) -> str:
     """A here-document delimiter that no line of ``lines`` equals."""
     end = "DISTSPEC_TASK"
@@ -412,13 +248,13 @@ def _plain_script(
         + " || exit 1  # PBS starts in $HOME: run where qsub ran",
     ]
     if n == 1:
-        host = rank0_host_word(opts.rank0_host, '"$(hostname)"')
+        host = batch.rank0_host_word(opts.rank0_host, '"$(hostname)"')
         log = f'"$DISTSPEC_JOB_DIR/{name}-0'
         return [
             *out,
             f'export DISTSPEC_APP_ID="$PBS_JOBID" DISTSPEC_REPLICA_ID=0 DISTSPEC_RANK0_HOST={host}',
             f'export DISTSPEC_WORKDIR="$PWD"{unbuffered}',
-            START.replace('"$base.log" > "$base.start"', f'{log}.log" > {log}.start"'),
+            batch.START.replace('"$base.log" > "$base.start"', f'{log}.log" > {log}.start"'),
             f'hostname > {log}.host"',
             *env,
             f'{command} >> {log}.log" 2>&1 < /dev/null &',
@@ -427,11 +263,7 @@ def _plain_script(
             f'echo "$code" > {log}.exit"',
             'exit "$code"',
         ]
-    hint = (
-        " (-cfg place=scatter puts each replica on its own host)"
-        if opts.resource_style is ResourceStyle.SELECT and not opts.place.startswith("scatter")
-        else ""
-    )
+    hint = _place_hint(opts)
     pbsdsh = opts.launcher is Launcher.PBSDSH
     rank = (
         "$4"
@@ -443,15 +275,15 @@ def _plain_script(
     task = [
         "export DISTSPEC_APP_ID=$1 DISTSPEC_RANK0_HOST=$2 DISTSPEC_WORKDIR=$3" + unbuffered,
         f"export DISTSPEC_JOB_DIR={shell_word(folder, {})} DISTSPEC_REPLICA_ID={rank}",
-        f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID; {STAY}",
-        START,
+        f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID; {batch.STAY}",
+        batch.START,
         'hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1',
         *env,
         f'{command} >> "$base.log" 2>&1 < /dev/null',
         'echo "$?" > "$base.exit"',
     ]
     end = _heredoc_end(task)
-    host = rank0_host_word(opts.rank0_host, '"${hosts[0]}"')
+    host = batch.rank0_host_word(opts.rank0_host, '"${hosts[0]}"')
     exits = f'"$DISTSPEC_JOB_DIR"/{name}-*.exit'
     out += [
         "nodefile=${PBS_NODEFILE:-$(generate_pbs_nodefile)}  # Slurm's PBS wrappers set none",
@@ -494,8 +326,8 @@ def _plain_script(
 
 def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) -> str:
     """The qsub script for ``app``: pure text, the same for the same inputs."""
-    _check_job_dir(job_dir)
-    _check_options(opts)
+    check_job_dir(job_dir)
+    check_options(opts)
     retries = _retries(app)
     role = app.roles[0]
     n = role.num_replicas
@@ -504,11 +336,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
     out_path = f"{folder}.out"
     launcher = "none (one node)" if n == 1 else f"{opts.launcher.value}"
 
-    hint = (
-        " (-cfg place=scatter puts each replica on its own host)"
-        if opts.resource_style is ResourceStyle.SELECT and not opts.place.startswith("scatter")
-        else ""
-    )
+    hint = _place_hint(opts)
     out = ["#!/bin/bash", *_directives(app, opts, out_path)]
     if not retries:
         out += _plain_script(role, opts, app_id=app_id, folder=folder, out_path=out_path)
@@ -547,13 +375,13 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "  exit 1",
         "fi",
     ]
-    host = rank0_host_word(opts.rank0_host, '"${distspec_hosts[0]}"')
+    host = batch.rank0_host_word(opts.rank0_host, '"${distspec_hosts[0]}"')
     out += [
         "# The rendezvous host: the first host of the nodefile, where rank 0 runs.",
         f"export DISTSPEC_RANK0_HOST={host}",
         "",
         "# The role's command, run by every task: $DISTSPEC_REPLICA_ID is the task's own id.",
-        role_function("distspec_role", role, _macro_values(role)),
+        batch.role_function("distspec_role", role, _macro_values(role)),
         _task(role, attempts=True),
         "# The task file every host runs (the spooled script is only on this host).",
         'export DISTSPEC_TASK="$DISTSPEC_JOB_DIR/task.sh"',
@@ -569,7 +397,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "",
     ]
     out += [
-        WAIT_FUNCTIONS,
+        batch.WAIT_FUNCTIONS,
         _TRAPS,
         "# A failed attempt is retried max_retries times; each attempt clears the previous",
         "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
@@ -591,5 +419,5 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "    (( distspec_code == 0 )) && distspec_code=1",
         "  fi",
     ]
-    out += attempt_loop(_launch_lines(role, opts), retries, check=check)
+    out += batch.attempt_loop(_launch_lines(role, opts), retries, check=check)
     return "\n".join(out) + "\n"

@@ -5,7 +5,7 @@ elastic); several roles make a heterogeneous job, one component per role, starte
 as one srun step per role with one task per node. Every replica's command runs in
 a ``bash -c`` of its own, so ``${replica_id}`` (``$SLURM_NODEID``) is the task's
 own value, not the batch step's. The script's size does not depend on the node
-count. The job folder it writes is described in :mod:`distspec.schedulers.batch.scheduler`.
+count. The job folder it writes is described in :mod:`distspec.schedulers.batch`.
 
 The common case, one role without retries, is one srun in the foreground, written
 as a person would; the machinery to run several steps at once, stop the others
@@ -17,9 +17,7 @@ Nothing here runs a command or reads the environment.
 
 from __future__ import annotations
 
-import enum
 import re
-from collections.abc import Sequence
 
 from distspec.errors import CompileError
 from distspec.schedulers._common import (
@@ -29,137 +27,25 @@ from distspec.schedulers._common import (
     shell_join,
     shell_word,
 )
-from distspec.schedulers.batch.scheduler import (
-    START,
-    STAY,
-    WAIT_FUNCTIONS,
-    attempt_loop,
+from distspec.schedulers.batch import script as batch
+from distspec.schedulers.slurm.options import (
+    NAME,
+    GpuFlag,
+    SlurmOptions,
     check_job_dir,
-    check_rank0_host,
-    cpus_per_node,
-    rank0_host_word,
-    role_function,
-    task_function,
+    check_options,
+    requeue_signal,
 )
 from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role, is_name
-from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
-from distspec.specs.options import option
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
-__all__ = ["NAME", "GpuFlag", "SlurmOptions", "compile_script", "sbatch_value"]
+__all__ = ["compile_script", "sbatch_value"]
 
-NAME = "slurm"
-
-
-class GpuFlag(str, enum.Enum):
-    """How GPUs are requested: ``--gpus-per-node=G`` or ``--gres=gpu:G``."""
-
-    GPUS_PER_NODE = "gpus-per-node"
-    GRES = "gres"
-
-
-@frozen
-class SlurmOptions:
-    """Run options of the Slurm backend (``-cfg k=v``); each maps to one sbatch/srun flag."""
-
-    partition: str | None = option(None, "Partition to submit to (--partition).")
-    account: str | None = option(None, "Account to charge (--account).")
-    qos: str | None = option(None, "Quality of service (--qos).")
-    time: str | None = option(
-        None, "Time limit (--time): MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED."
-    )
-    constraint: str | None = option(None, "Node features required (--constraint).")
-    nodelist: str | None = option(None, "Nodes to run on (--nodelist), e.g. n[0-3].")
-    exclude: str | None = option(None, "Nodes to avoid (--exclude).")
-    exclusive: bool = option(False, "Whole nodes, shared with no other job (--exclusive).")
-    comment: str | None = option(None, "Free-text job comment (--comment).")
-    mail_user: str | None = option(None, "Where Slurm mails job events (--mail-user).")
-    mail_type: str | None = option(
-        None, "Which events are mailed (--mail-type), e.g. END,FAIL or ALL."
-    )
-    job_dir: str | None = option(
-        None,
-        "Absolute directory for the submitted script and the logs; the default is "
-        "<state dir>/slurm. Must be on a filesystem the nodes share.",
-    )
-    requeue: bool = option(
-        False,
-        "Requeue the job when its time limit nears: --requeue plus --signal=B:SIG@SECS and "
-        "a trap that runs `scontrol requeue`.",
-    )
-    requeue_signal: str = option("USR1", "The signal sent ahead of the time limit (requeue).")
-    requeue_before: int = option(
-        120, "Seconds before the time limit to send requeue_signal (Slurm is ~60 s precise)."
-    )
-    kill_on_bad_exit: bool = option(
-        True, "Stop every replica of a role when one of them fails (srun --kill-on-bad-exit)."
-    )
-    gpu_flag: GpuFlag = option(
-        GpuFlag.GPUS_PER_NODE, "How GPUs are requested: gpus-per-node or gres (gpu:G)."
-    )
-    mem: bool = option(
-        True, "Request the role's memory (--mem); false on clusters that reject --mem."
-    )
-    rank0_host: str = option(
-        "{host}",
-        "Rendezvous host template; {host} is the first node's name, e.g. {host}-ib for "
-        "clusters whose fast network has its own hostnames.",
-    )
-    sbatch_args: tuple[str, ...] = option(
-        (), "Extra sbatch flags, each --name or --name=value, separated by ';'."
-    )
-    srun_args: tuple[str, ...] = option(
-        (), "Extra srun flags for every step, each --name or --name=value, separated by ';'."
-    )
-    unbuffered: bool = option(
-        True,
-        "Live logs: PYTHONUNBUFFERED=1 for every replica (unless the role sets it) and "
-        "srun --unbuffered; false leaves output buffered (fewer, larger writes).",
-    )
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-# Patterns are strings compiled on first use (re caches them): a dry run pays only for
-# the ones its options need.
-_TIME = r"^(UNLIMITED|INFINITE|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}(:\d{1,2})?)?)$"
-_MAIL_TYPES = _words(
-    "NONE BEGIN END FAIL REQUEUE ALL INVALID_DEPEND STAGE_OUT TIME_LIMIT "
-    "TIME_LIMIT_90 TIME_LIMIT_80 TIME_LIMIT_50 ARRAY_TASKS"
-)
-_SIGNALS = _words("HUP INT QUIT USR1 USR2 TERM CONT STOP TSTP URG XCPU XFSZ VTALRM PROF WINCH PWR")
-_FLAG = r"(?s)^--([A-Za-z][A-Za-z0-9-]*)(=.*)?$"
+# Patterns are strings compiled on first use (re caches them).
 _GRES = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?$"
 #: Characters an #SBATCH value may have without quotes.
 _PLAIN = NAME_CHARS + ",:@%/+="
-
-# Flags distspec writes itself; the value would be silently overridden or break the
-# layout (log paths, one task per node), so extra flags may not set them.
-_SBATCH_OWN = _words(
-    "job-name output error open-mode nodes ntasks ntasks-per-node cpus-per-task mem "
-    "gpus-per-node gres hetjob parsable wait array signal requeue no-requeue"
-)
-_SRUN_OWN = _words(
-    "output error open-mode nodes ntasks ntasks-per-node cpus-per-task het-group "
-    "kill-on-bad-exit export chdir unbuffered"
-)
-# Flags that have their own run option: say which.
-_FLAG_OPTIONS = {
-    "partition": "partition",
-    "account": "account",
-    "qos": "qos",
-    "time": "time",
-    "constraint": "constraint",
-    "nodelist": "nodelist",
-    "exclude": "exclude",
-    "exclusive": "exclusive",
-    "comment": "comment",
-    "mail-user": "mail_user",
-    "mail-type": "mail_type",
-}
 
 
 def _bad(message: str) -> CompileError:
@@ -179,46 +65,6 @@ def sbatch_value(text: str) -> str:
         return text
     parts = re.split(r'(")', text)
     return "".join("'\"'" if p == '"' else f'"{p}"' for p in parts if p) or '""'
-
-
-def _check_flags(flags: Sequence[str], own: frozenset[str], option_name: str) -> None:
-    for flag in flags:
-        match = re.compile(_FLAG).fullmatch(flag)
-        if match is None:
-            raise _bad(
-                f"{option_name}: {flag!r} is not a long flag; write each as --name or --name=value"
-            )
-        name = match.group(1)
-        if name in own:
-            raise _bad(f"{option_name}: --{name} is set by distspec itself and cannot be changed")
-        if name in _FLAG_OPTIONS:
-            raise _bad(f"{option_name}: use -cfg {_FLAG_OPTIONS[name]}=... instead of --{name}")
-
-
-def _check_options(opts: SlurmOptions) -> None:
-    if opts.time is not None and not re.compile(_TIME).fullmatch(opts.time):
-        raise _bad(f"time={opts.time!r}: expected MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED")
-    if opts.mail_type is not None:
-        unknown = [t for t in opts.mail_type.split(",") if t.upper() not in _MAIL_TYPES]
-        if unknown:
-            raise _bad(
-                f"mail_type: unknown event(s) {', '.join(unknown)}; use {', '.join(sorted(_MAIL_TYPES))}"
-            )
-    signal = opts.requeue_signal.upper().removeprefix("SIG")
-    if signal not in _SIGNALS and not (signal.isdigit() and 0 < int(signal) < 65):
-        raise _bad(f"requeue_signal={opts.requeue_signal!r}: not a signal name or number")
-    if opts.requeue_before < 0 or opts.requeue_before > 65535:
-        raise _bad(f"requeue_before={opts.requeue_before}: expected 0..65535 seconds")
-    check_rank0_host(opts.rank0_host, NAME)
-    _check_flags(opts.sbatch_args, _SBATCH_OWN, "sbatch_args")
-    _check_flags(opts.srun_args, _SRUN_OWN, "srun_args")
-
-
-def _check_job_dir(job_dir: str) -> None:
-    check_job_dir(job_dir, NAME)
-    # Slurm expands %-patterns in log paths and ignores all of them after a backslash.
-    if any(c in job_dir for c in "%\\\n\r"):
-        raise _bad(f"job_dir={job_dir!r}: Slurm log paths cannot contain %, \\ or a line break")
 
 
 def _retries(app: AppDef) -> int:
@@ -241,7 +87,7 @@ def _retries(app: AppDef) -> int:
 def _resources(role: Role, opts: SlurmOptions) -> list[str]:
     res = role.resource
     flags = ["--ntasks-per-node=1"]
-    cpus = cpus_per_node(role)
+    cpus = batch.cpus_per_node(role)
     if cpus:
         flags.append(f"--cpus-per-task={cpus}")
     if opts.mem and res.mem_mb:
@@ -284,7 +130,7 @@ def _job_flags(app: AppDef, opts: SlurmOptions, job_dir: str) -> list[str]:
     if opts.exclusive:
         flags.append("--exclusive")
     if opts.requeue:
-        signal = opts.requeue_signal.upper().removeprefix("SIG")
+        signal = requeue_signal(opts)
         flags += ["--requeue", f"--signal=B:{signal}@{opts.requeue_before}"]
     flags += list(opts.sbatch_args)
     return flags
@@ -299,7 +145,7 @@ def _task() -> str:
     return (
         "# Runs one replica: $1 is the role, $2 the function holding its command. It records\n"
         "# the node and the exit code beside the log, since Slurm keeps one code per step.\n"
-    ) + task_function(
+    ) + batch.task_function(
         base='"$DISTSPEC_JOB_DIR/$1-$SLURM_NODEID"',
         host='echo "${SLURMD_NODENAME:-$HOSTNAME}"',
         run=['"$2"'],
@@ -339,7 +185,7 @@ def _srun_flags(index: int, role: Role, opts: SlurmOptions, het: bool) -> list[s
     flags.append("--ntasks-per-node=1")
     # srun 22.05+ no longer inherits --cpus-per-task from the job: pass it again, or each
     # task is confined to one CPU where task affinity is enforced.
-    cpus = cpus_per_node(role)
+    cpus = batch.cpus_per_node(role)
     if cpus:
         flags.append(f"--cpus-per-task={cpus}")
     flags.append(f"--kill-on-bad-exit={1 if opts.kill_on_bad_exit else 0}")
@@ -385,8 +231,8 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
     task = [
         "",
         f"  base=$DISTSPEC_JOB_DIR/{name}-$SLURM_NODEID",
-        "  " + STAY,
-        "  " + START,  # no single quote in it: the body is one single-quoted word
+        "  " + batch.STAY,
+        "  " + batch.START,  # no single quote in it: the body is one single-quoted word
         '  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"',
         *(f"  export {key}={shell_word(value, values)}" for key, value in role.env.items()),
         "  " + shell_join([role.entrypoint, *role.args], values),
@@ -394,7 +240,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
         '  echo "$code" > "$base.exit"',
         '  exit "$code"',
     ]
-    host = rank0_host_word(
+    host = batch.rank0_host_word(
         opts.rank0_host, '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"'
     )
     out = [
@@ -415,7 +261,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
         "",
     ]
     if opts.requeue:
-        signal = opts.requeue_signal.upper().removeprefix("SIG")
+        signal = requeue_signal(opts)
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
     log = shell_word(log_file_name(name, "%t"), {})
     flags = _srun_flags(0, role, opts, het=False)
@@ -444,8 +290,8 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
     """The sbatch script for ``app``: pure text, the same for the same inputs."""
     if not is_name(app.name) or len(app.name) > 200:
         raise _bad(f"app name {app.name!r} is not a valid Slurm job name")
-    _check_job_dir(job_dir)
-    _check_options(opts)
+    check_job_dir(job_dir)
+    check_options(opts)
     retries = _retries(app)
     het = len(app.roles) > 1
     base = job_dir.rstrip("/")
@@ -480,7 +326,7 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         if het
         else '"$SLURM_JOB_NODELIST"'
     )
-    host = rank0_host_word(opts.rank0_host, '"$distspec_host"')
+    host = batch.rank0_host_word(opts.rank0_host, '"$distspec_host"')
     out += [
         "# The rendezvous host: the first node of the (first role's) allocation.",
         f"distspec_host=$(scontrol show hostnames {nodelist} | head -n1)",
@@ -490,17 +336,17 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         "# task's own node index there.",
     ]
     out += [
-        role_function(f"distspec_role_{index}", role, _macro_values(role))
+        batch.role_function(f"distspec_role_{index}", role, _macro_values(role))
         for index, role in enumerate(app.roles)
     ]
-    out += [_task(), WAIT_FUNCTIONS]
+    out += [_task(), batch.WAIT_FUNCTIONS]
     if opts.requeue:
-        signal = opts.requeue_signal.upper().removeprefix("SIG")
+        signal = requeue_signal(opts)
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
     out += [
         "# One srun step per role. A failed attempt is retried max_retries times;",
         "# each attempt clears the previous attempt's exit codes.",
     ]
     steps = [_srun_line(index, role, opts, het) for index, role in enumerate(app.roles)]
-    out += attempt_loop(steps, retries)
+    out += batch.attempt_loop(steps, retries)
     return "\n".join(out) + "\n"

@@ -1,0 +1,250 @@
+"""The script fragments Slurm's and PBS's batch scripts share: pure text.
+
+Each fragment writes part of the job folder (see :mod:`distspec.schedulers.batch`):
+``distspec_task`` runs one replica and records its host and exit code, the attempt
+loop reruns a failed attempt and writes ``attempt``, and the wait and kill functions
+stop the other launchers when one fails. Besides those, the checks and names both
+backends' compile steps use. Nothing here runs a command or reads the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distspec.errors import CompileError
+from distspec.schedulers._common import MacroValues, shell_join, shell_word
+from distspec.specs.app import NAME_CHARS, Role
+
+__all__ = [
+    "KILL_FUNCTION",
+    "START",
+    "STAY",
+    "WAIT_FUNCTIONS",
+    "attempt_loop",
+    "check_job_dir",
+    "check_rank0_host",
+    "cpus_per_node",
+    "rank0_host_word",
+    "role_function",
+    "safe_app_id",
+    "task_function",
+]
+
+
+def safe_app_id(app_id: str) -> str:
+    """``app_id`` as used in file names: anything but ``[A-Za-z0-9_.-]`` becomes ``_``."""
+    return "".join(c if c in NAME_CHARS else "_" for c in app_id)
+
+
+def check_job_dir(job_dir: str, scheduler: str) -> None:
+    """Raise CompileError unless ``job_dir`` is absolute (logs are read from any cwd)."""
+    if not job_dir.startswith("/"):
+        raise CompileError(
+            scheduler, f"job_dir={job_dir!r} must be an absolute path (logs are read from any cwd)"
+        )
+
+
+def cpus_per_node(role: Role) -> int | None:
+    """The CPUs to request per node: the role's own (``--cpu``, ``-h``), else, for a
+    torchrun role without GPUs, one per process it starts (``-j NxM``: M). Without it
+    the cluster's default applies, often one CPU per task, and where cores are
+    confined (task/affinity, cgroups) all M processes would share that one core.
+    None: request nothing."""
+    res = role.resource
+    if res.cpu:
+        return res.cpu
+    if res.gpu:
+        return None
+    from distspec.torchrun import nproc_per_node
+
+    return nproc_per_node(role.entrypoint, role.args)
+
+
+def check_rank0_host(template: str, scheduler: str) -> None:
+    """Raise CompileError unless the ``rank0_host`` option holds ``{host}`` exactly once."""
+    if template.count("{host}") != 1:
+        raise CompileError(
+            scheduler, f"rank0_host={template!r}: the template must contain {{host}} once"
+        )
+
+
+def rank0_host_word(template: str, host: str) -> str:
+    """The rendezvous host as one shell word: ``template`` (see :func:`check_rank0_host`)
+    with ``{host}`` replaced by ``host``, a runtime expression already in double quotes."""
+    prefix, _, suffix = template.partition("{host}")
+    return (
+        (shell_word(prefix, {}) if prefix else "")
+        + host
+        + (shell_word(suffix, {}) if suffix else "")
+    )
+
+
+def role_function(func: str, role: Role, values: MacroValues) -> str:
+    """A shell function ``func`` that exports the role's env and runs its command, with
+    each macro mapped through ``values``."""
+    lines = [f"{func}() {{  # role {role.name}"]
+    for key, value in role.env.items():
+        lines.append(f"  export {key}={shell_word(value, values)}")
+    lines.append("  " + shell_join([role.entrypoint, *role.args], values))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def task_function(
+    *,
+    base: str,
+    host: str,
+    run: Sequence[str],
+    setup: Sequence[str] = (),
+    attempts: bool = True,
+) -> str:
+    """``distspec_task``: runs one replica and writes its ``.host`` and ``.exit`` files.
+
+    Args:
+        base: shell expression of ``<folder>/<role>-<i>`` (without suffix).
+        host: command that prints the host's name.
+        run: lines that run the replica; the last one's status is its exit code.
+        setup: lines before anything is written (they may ``return`` early).
+        attempts: whether the script retries (:func:`attempt_loop`): then a task of
+            a stopped attempt must not write into the next attempt's files.
+    """
+    body = [
+        *setup,
+        f"local base={base}",
+        STAY,
+        *(['local attempt=$(< "$DISTSPEC_JOB_DIR/attempt")'] if attempts else []),
+        START,
+        f'{host} > "$base.host"',
+        *run,
+        "local code=$?",
+    ]
+    if attempts:
+        body += [
+            "# A task of a stopped attempt that outlived its launcher (pbsdsh leaves the",
+            "# remote ones running) must not write into the next attempt's files.",
+            '[[ $(< "$DISTSPEC_JOB_DIR/attempt") == "$attempt" ]] && echo "$code" > "$base.exit"',
+        ]
+    else:
+        body.append('echo "$code" > "$base.exit"')
+    body.append('return "$code"')
+    return "distspec_task() {\n" + "".join(f"  {line}\n" for line in body) + "}\n"
+
+
+STAY = 'trap "exit 143" TERM  # after the launcher ends: proctrack/linuxproc loses orphans'
+"""The line a replica's shell runs first. On SIGTERM (scancel, --kill-on-bad-exit, a
+stopped attempt) a shell without a trap dies at once, and the launcher it waits on
+(torchrun, which can sit up to 300 s in its exit barrier, deaf to signals) is
+re-parented to init, where ``proctrack/linuxproc`` no longer sees it: it outlives the
+job and keeps the rendezvous port. A trapped signal waits for the foreground command,
+so the shell stays its parent and the step's SIGKILL reaches both; then it exits 143
+without recording an exit code, as before (a stopped replica is not a failed one). No
+single quote in it: it goes inside single-quoted task bodies."""
+
+START = 'stat -c %s "$base.log" > "$base.start" 2> /dev/null  # where this run starts in the log'
+"""The line a replica runs first: its log's size, so that what is read back about the
+replica (torchrun's report) is this attempt's, not an earlier one's in the same log."""
+
+KILL_FUNCTION = """\
+# distspec_kill PID...: SIGTERM to each launcher's process group (job control is on
+# while the launchers start, so each leads one), which holds what it started on this
+# host; to the launcher alone where it leads none.
+distspec_kill() {
+  local pid
+  for pid in "$@"; do
+    kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null
+  done
+}
+"""
+"""Shell function ``distspec_kill``, which the scripts' TERM traps use too."""
+
+WAIT_FUNCTIONS = (
+    """\
+# distspec_wait PID...: waits for the launchers started in the background and returns
+# 0, or the first failure's exit code after stopping the others. Each status comes from
+# `wait PID`, which bash keeps even after it reaped the process. `wait -n` only wakes
+# the loop (a child ended, or a trapped signal came): its own status may be that of a
+# launcher of an earlier attempt, since `wait` with no operand does not consume a
+# finished job, and counting that one would end the wait before this attempt's tasks.
+distspec_wait() {
+  local -a left=("$@") running
+  local i pid code woke
+  while (( ${#left[@]} > 0 )); do
+    wait -n
+    woke=$?
+    running=()
+    for ((i = 0; i < ${#left[@]}; i++)); do
+      pid=${left[i]}
+      # kill -0 fails once bash has reaped the launcher; 127: bash has no child left.
+      if (( woke != 127 )) && kill -0 "$pid" 2> /dev/null; then
+        running+=("$pid")
+        continue
+      fi
+      wait "$pid"
+      code=$?
+      if (( code != 0 )); then
+        distspec_stop "${running[@]}" "${left[@]:i+1}"
+        return "$code"
+      fi
+    done
+    left=("${running[@]}")
+  done
+  return 0
+}
+"""
+    + "\n"
+    + KILL_FUNCTION
+    + "\n"
+    + """\
+# distspec_stop PID...: kills the launchers and waits for each, so that none is left
+# over, to write into the next attempt's files or to be counted by its wait.
+distspec_stop() {
+  distspec_kill "$@"
+  local pid
+  for pid in "$@"; do
+    wait "$pid" 2> /dev/null
+  done
+}
+"""
+)
+"""Shell functions ``distspec_wait``, ``distspec_kill`` and ``distspec_stop`` that
+:func:`attempt_loop` needs; a script defines them before the loop."""
+
+
+def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = ()) -> list[str]:
+    """The script's end: a loop of attempts, then ``exit`` with the last one's code.
+
+    Each attempt clears the previous attempt's ``.exit`` and ``.host`` files, writes
+    its number to ``attempt``, runs ``launch`` with job control on (each background
+    launcher gets a process group of its own, so that stopping it stops what it
+    started on this host), waits for the launchers with ``distspec_wait`` (see
+    :data:`WAIT_FUNCTIONS`: the first failure stops the others) and runs ``check``.
+    A failure is retried ``retries`` times.
+
+    Args:
+        launch: lines that start the launchers in the background, each followed by
+            ``distspec_pids+=($!)``; job control leaves their stdin alone, so each
+            one reads ``< /dev/null``.
+        retries: how often a failed attempt is rerun.
+        check: lines after the wait, which may change ``distspec_code``, the
+            attempt's exit code.
+
+    All lines are indented by two.
+    """
+    return [
+        "distspec_attempt=0",
+        "while :; do",
+        '  rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start}',
+        '  echo "$distspec_attempt" > "$DISTSPEC_JOB_DIR/attempt"',
+        "  distspec_pids=()",
+        "  set -m",
+        *launch,
+        "  set +m",
+        '  distspec_wait "${distspec_pids[@]}"',
+        "  distspec_code=$?",
+        *check,
+        f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
+        "  distspec_attempt=$((distspec_attempt + 1))",
+        f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
+        "done",
+        'exit "$distspec_code"',
+    ]

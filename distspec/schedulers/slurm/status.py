@@ -1,0 +1,392 @@
+"""What Slurm says about jobs, read: states, hostlists, times, sacct and scontrol.
+
+Pure parsing of the text sacct, scontrol and squeue print (the commands themselves
+run in :mod:`distspec.schedulers.slurm.scheduler`), and the replicas' status built
+from it and from the job folder (:mod:`distspec.schedulers.batch.folder`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from distspec.schedulers.api import AppSummary
+from distspec.schedulers.batch.folder import exit_code, replica_exit, replica_host, replica_state
+from distspec.specs.frozen import FrozenDict, frozen
+from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+
+__all__ = [
+    "SLURM_STATES",
+    "Component",
+    "JobInfo",
+    "combine",
+    "expand_hostlist",
+    "list_rows",
+    "parse_sacct",
+    "parse_scontrol",
+    "replica_status",
+    "state_word",
+    "status_from_files",
+    "summaries",
+]
+
+
+#: Every Slurm job state (squeue/scontrol/sacct spelling) to an AppState.
+#: TIMEOUT, PREEMPTED and DEADLINE end the job from outside, so they are CANCELLED
+#: (with the Slurm state as the reason), not FAILED.
+SLURM_STATES: Mapping[str, AppState] = FrozenDict(
+    {
+        "PENDING": AppState.PENDING,
+        "CONFIGURING": AppState.PENDING,
+        "REQUEUED": AppState.PENDING,
+        "REQUEUE_FED": AppState.PENDING,
+        "REQUEUE_HOLD": AppState.PENDING,
+        "RESV_DEL_HOLD": AppState.PENDING,
+        "SPECIAL_EXIT": AppState.FAILED,
+        "SUSPENDED": AppState.PENDING,
+        "STOPPED": AppState.PENDING,
+        "RUNNING": AppState.RUNNING,
+        "COMPLETING": AppState.RUNNING,
+        "RESIZING": AppState.RUNNING,
+        "SIGNALING": AppState.RUNNING,
+        "STAGE_OUT": AppState.RUNNING,
+        "UPDATE_DB": AppState.RUNNING,
+        "POWER_UP_NODE": AppState.PENDING,
+        "COMPLETED": AppState.SUCCEEDED,
+        "FAILED": AppState.FAILED,
+        "NODE_FAIL": AppState.FAILED,
+        "OUT_OF_MEMORY": AppState.FAILED,
+        "BOOT_FAIL": AppState.FAILED,
+        "CANCELLED": AppState.CANCELLED,
+        "TIMEOUT": AppState.CANCELLED,
+        "PREEMPTED": AppState.CANCELLED,
+        "DEADLINE": AppState.CANCELLED,
+        "REVOKED": AppState.CANCELLED,
+    }
+)
+
+
+# Worst first: the state a heterogeneous job reports when its components differ.
+_SEVERITY = (
+    AppState.FAILED,
+    AppState.CANCELLED,
+    AppState.RUNNING,
+    AppState.PENDING,
+    AppState.SUBMITTED,
+    AppState.UNKNOWN,
+    AppState.SUCCEEDED,
+)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """``n[0-2,5],gpu01`` → ``['n0', 'n1', 'n2', 'n5', 'gpu01']`` (Slurm's compressed form)."""
+    text = text.strip()
+    if not text or text in {"(null)", "None assigned", "None"}:
+        return []
+    items: list[str] = []
+    depth = 0
+    start = 0
+    for i, c in enumerate(text):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    hosts: list[str] = []
+    for item in items:
+        hosts += _expand_one(item)
+    return hosts
+
+
+def _expand_one(item: str) -> list[str]:
+    match = re.search(r"\[([^\]]*)\]", item)
+    if match is None:
+        return [item] if item else []
+    head, tail = item[: match.start()], item[match.end() :]
+    values: list[str] = []
+    for part in match.group(1).split(","):
+        low, sep, high = part.partition("-")
+        if sep and low.isdigit() and high.isdigit():
+            width = len(low)
+            values += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+        else:
+            values.append(part)
+    return [head + v + rest for v in values for rest in _expand_one(tail) or [""]]
+
+
+def state_word(text: str) -> str:
+    """``CANCELLED by 0`` → ``CANCELLED``; ``RUNNING+`` → ``RUNNING``."""
+    word = text.strip().split(" ")[0] if text.strip() else ""
+    return word.rstrip("+")
+
+
+def _scontrol_fields(line: str) -> dict[str, str]:
+    """``Key=value Key2=value with spaces ...`` from ``scontrol show job -o``."""
+    out: dict[str, str] = {}
+    for chunk in re.split(r"\s+(?=[A-Za-z][A-Za-z0-9_/:]*=)", line.strip()):
+        key, sep, value = chunk.partition("=")
+        if sep:
+            out.setdefault(key, value)
+    return out
+
+
+def combine(states: Sequence[AppState]) -> AppState:
+    """The state of a job whose (hetjob) components are in ``states``: the worst."""
+    for state in _SEVERITY:
+        if state in states:
+            return state
+    return AppState.UNKNOWN
+
+
+@frozen(kw_only=False)
+class Component:
+    """What Slurm says about one (hetjob) component of the job."""
+
+    state: str
+    reason: str = ""
+    exit_code: str = ""
+    nodes: tuple[str, ...] = ()
+
+
+@frozen(kw_only=False)
+class JobInfo:
+    """What one query (sacct or scontrol) says about the job."""
+
+    components: tuple[Component, ...]
+    restarts: int = 0
+    name: str = ""
+    stdout: str = ""
+    source: str = "scontrol"
+    #: POSIX times (of the first component) where Slurm reports them.
+    submitted: float | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+def _slurm_time(text: str) -> float | None:
+    """A POSIX time from Slurm's ``2026-11-23T11:04:15`` (local time); None for
+    ``Unknown``, ``None`` or an empty field."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        return None
+
+
+def _posix_time(text: str) -> float | None:
+    """A Slurm time (``2026-11-23T15:26:35``, local time) as a POSIX time; None for
+    ``Unknown``, ``N/A``, ``None`` and anything else that is not a time."""
+    import time
+
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _component_order(key: str) -> tuple[int, int]:
+    job, _, offset = key.partition("+")
+    return (int(job) if job.isdigit() else 0, int(offset) if offset.isdigit() else 0)
+
+
+def parse_sacct(text: str) -> JobInfo | None:
+    """``sacct --parsable2 --noheader --format=JobID,JobName,State,ExitCode,NodeList,
+    Reason,Submit,Start,End`` of one job; None when it has no row (yet)."""
+    # sacct 22.05 --duplicates garbles the job row (name "allocation", one node),
+    # so requeues are counted by the script instead ($SLURM_RESTART_COUNT).
+    latest: dict[str, Component] = {}
+    name = ""
+    times: list[float | None] = []
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) < 6 or "." in cols[0]:
+            continue
+        name = name or cols[1]
+        if not times and len(cols) >= 9:
+            times = [_slurm_time(c) for c in cols[6:9]]
+        latest[cols[0]] = Component(
+            state=state_word(cols[2]),
+            reason=cols[5] if cols[5] != "None" else "",
+            exit_code=cols[3],
+            nodes=tuple(expand_hostlist(cols[4])),
+        )
+    if not latest:
+        return None
+    comps = tuple(latest[k] for k in sorted(latest, key=_component_order))
+    submitted, started, ended = times or [None, None, None]
+    return JobInfo(
+        components=comps,
+        name=name,
+        source="sacct",
+        submitted=submitted,
+        started=started if comps[0].state != "PENDING" else None,
+        ended=ended if comps[0].state not in ("PENDING", "RUNNING") else None,
+    )
+
+
+def parse_scontrol(text: str) -> JobInfo | None:
+    """``scontrol show job -o`` of one job (a line per hetjob component); None when
+    it printed none."""
+    comps = []
+    restarts = 0
+    name = stdout = ""
+    times: list[float | None] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = _scontrol_fields(line)
+        if not times:
+            # EndTime of a job that has not ended is its time limit, not an end.
+            # StartTime of a pending job is an estimate.
+            word = state_word(f.get("JobState", ""))
+            over = word not in ("PENDING", "RUNNING", "")
+            times = [
+                _slurm_time(f.get("SubmitTime", "")),
+                _slurm_time(f.get("StartTime", "")) if word not in ("PENDING", "") else None,
+                _slurm_time(f.get("EndTime", "")) if over else None,
+            ]
+        comps.append(
+            (
+                int(f.get("HetJobOffset", "0") or 0),
+                Component(
+                    state=state_word(f.get("JobState", "")),
+                    reason=f.get("Reason", "") if f.get("Reason") != "None" else "",
+                    exit_code=f.get("ExitCode", ""),
+                    nodes=tuple(expand_hostlist(f.get("NodeList", ""))),
+                ),
+            )
+        )
+        restarts = max(restarts, int(f.get("Restarts", "0") or 0))
+        name = name or f.get("JobName", "")
+        stdout = stdout or f.get("StdOut", "")
+    if not comps:
+        return None
+    comps.sort(key=lambda c: c[0])
+    submitted, started, ended = times or [None, None, None]
+    return JobInfo(
+        components=tuple(c for _, c in comps),
+        restarts=restarts,
+        name=name,
+        stdout=stdout,
+        submitted=submitted,
+        started=started,
+        ended=ended,
+    )
+
+
+def list_rows(text: str) -> list[list[str]]:
+    """The rows of ``sacct --parsable2`` or ``squeue --format=%i|%j|%T|%r|%V|%e``:
+    id, name, state, reason, submitted, ended."""
+    return [line.split("|")[:6] for line in text.splitlines() if line.count("|") >= 3]
+
+
+def summaries(rows: Sequence[Sequence[str]]) -> list[AppSummary]:
+    """One summary per job, newest first, from :func:`list_rows`' rows: a hetjob's
+    components (``7+0``, ``7+1``) make one job; of a job listed more than once (a
+    requeued job with ``--duplicates``), the last row counts."""
+    latest: dict[str, Sequence[str]] = {}
+    for row in rows:
+        latest[row[0]] = row  # per (hetjob component) id, the last run listed
+    jobs: dict[str, list[Sequence[str]]] = {}
+    for key, row in latest.items():
+        base = key.split("+")[0]
+        if base.isdigit():
+            jobs.setdefault(base, []).append(row)
+    out = []
+    for base in sorted(jobs, key=int, reverse=True):
+        comps = jobs[base]
+        states = [state_word(c[2]) for c in comps]
+        mapped = combine([SLURM_STATES.get(s, AppState.UNKNOWN) for s in states])
+        name, reason = comps[0][1], comps[0][3]
+        detail = states[0] + (f" ({reason})" if reason and reason != "None" else "")
+        extra = {}
+        submitted = _posix_time(comps[0][4] if len(comps[0]) > 4 else "")
+        if submitted is not None:
+            extra["submitted"] = repr(submitted)
+            ends = [_posix_time(c[5] if len(c) > 5 else "") for c in comps]
+            if mapped.is_terminal and None not in ends:
+                extra["ended"] = repr(max(e for e in ends if e is not None))
+        out.append(
+            AppSummary(app_id=base, name=name, state=mapped, detail=detail, extra=FrozenDict(extra))
+        )
+    return out
+
+
+def replica_status(
+    role: str,
+    i: int,
+    job_state: AppState,
+    comp: Component,
+    files: Mapping[str, str],
+    attempt: int,
+    folder: str | None = None,
+) -> ReplicaStatus:
+    recorded = exit_code(files, role, i)
+    code, why = replica_exit(folder, files, role, i)
+    reason = comp.state if comp.state not in {"RUNNING", "COMPLETED", "PENDING"} else ""
+    if comp.reason:
+        reason = f"{reason}: {comp.reason}" if reason else comp.reason
+    state = replica_state(recorded, job_state)
+    if why and state is AppState.FAILED:
+        reason = why  # the replica's own end says more than the job's
+    return ReplicaStatus(
+        role=role,
+        id=i,
+        state=state,
+        hostname=replica_host(files, role, i, comp.nodes),
+        exit_code=code,
+        reason="" if code == 0 else reason,
+        restarts=attempt,
+    )
+
+
+def status_from_files(
+    job_id: str,
+    roles: Sequence[tuple[str, int]],
+    files: Mapping[str, str],
+    attempt: int,
+    folder: str | None = None,
+) -> AppStatus:
+    """Slurm forgot the job (no accounting, past MinJobAge): what the job folder recorded."""
+    role_status = []
+    codes: list[int | None] = []
+    for role, count in roles:
+        replicas = []
+        for i in range(count):
+            code, reason = replica_exit(folder, files, role, i)
+            codes.append(code)
+            state = (
+                AppState.UNKNOWN
+                if code is None
+                else AppState.SUCCEEDED
+                if code == 0
+                else AppState.FAILED
+            )
+            replicas.append(
+                ReplicaStatus(
+                    role=role,
+                    id=i,
+                    state=state,
+                    exit_code=code,
+                    hostname=replica_host(files, role, i, ()),
+                    reason=reason,
+                    restarts=attempt,
+                )
+            )
+        role_status.append(RoleStatus(role=role, replicas=tuple(replicas)))
+    if codes and all(c == 0 for c in codes):
+        state = AppState.SUCCEEDED
+    elif any(c not in (None, 0) for c in codes):
+        state = AppState.FAILED
+    else:
+        state = AppState.UNKNOWN
+    return AppStatus(
+        state=state,
+        msg=f"Slurm no longer lists job {job_id}; state from the exit codes in its job folder",
+        num_restarts=attempt,
+        roles=tuple(role_status),
+    )
