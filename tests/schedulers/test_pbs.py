@@ -782,6 +782,34 @@ def _submit(
     return sched.submit(req)
 
 
+def test_compile_names_the_folder_submit_creates(tmp_path: Path) -> None:
+    sched = PbsScheduler(state_dir=tmp_path)
+    app = _app(_role(1, 1))
+    assert sched.compile(app, sched.parse_options({}), app_id=APP_ID).job_dir == str(
+        tmp_path / "pbs"
+    )
+    opts = sched.parse_options({"job_dir": "/shared/jobs"})
+    assert sched.compile(app, opts, app_id=APP_ID).job_dir == "/shared/jobs"
+    assert PbsScheduler.capabilities.image == "directory"
+
+
+def test_job_paths_after_submit_name_the_folder_the_logs_and_the_script_output(
+    sched: PbsScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    job = _submit(sched, fake_commands, tmp_path, _app(_role(2, 2)))
+    paths = sched.job_paths(job)
+    assert paths is not None
+    assert paths.folder == str(tmp_path / "jobs" / APP_ID)
+    assert paths.replica_log("trainer", 1) == str(tmp_path / "jobs" / APP_ID / "trainer-1.log")
+    # The script's own output is what qsub -o names, and the folder is the script's.
+    assert paths.script_output == fake_commands.calls[0][4]
+    script = (tmp_path / "jobs" / f"{APP_ID}.pbs").read_text()
+    assert f"export DISTSPEC_JOB_DIR={paths.folder}\n" in script
+    assert fake_commands.calls[1:] == []  # from the record: no query
+    fake_commands.on("qstat", returncode=153, stderr="qstat: Unknown Job Id 99.pbs01\n")
+    assert sched.job_paths("99.pbs01") is None
+
+
 def _folder(tmp_path: Path) -> Path:
     folder = tmp_path / "jobs" / APP_ID
     folder.mkdir(parents=True, exist_ok=True)
@@ -911,7 +939,9 @@ def test_describe_torque_without_a_record_finds_the_folder(
         ("train", "n02"),
     ]
     fake_commands.on("qstat", stdout=TORQUE_COMPLETED)
-    assert sched._queried_folder("77.torque.example.org") == folder
+    paths = sched.job_paths("77.torque.example.org")
+    assert paths is not None
+    assert (paths.folder, paths.script_output) == (str(folder), f"{folder}.out")
 
 
 def test_a_finished_job_without_record_or_output_path_is_unknown_not_cancelled(

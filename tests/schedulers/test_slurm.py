@@ -723,6 +723,52 @@ def test_log_iter_finds_the_folder_through_scontrol_without_a_record(
     assert list(sched.log_iter("77", "r", 0)) == ["hello"]
 
 
+def test_compile_names_the_folder_submit_creates(tmp_path: Path) -> None:
+    sched = SlurmScheduler(state_dir=tmp_path)
+    app = _app(_role(1, 1))
+    assert sched.compile(app, sched.parse_options({}), app_id=APP_ID).job_dir == str(
+        tmp_path / "slurm"
+    )
+    opts = sched.parse_options({"job_dir": "/shared/jobs"})
+    assert sched.compile(app, opts, app_id=APP_ID).job_dir == "/shared/jobs"
+    assert SlurmScheduler.capabilities.image == "directory"
+
+
+def test_job_paths_after_submit_name_the_folder_the_logs_and_the_script_output(
+    sched: SlurmScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    job = _submit(sched, fake_commands, tmp_path, _app(_role(2, 2)))
+    paths = sched.job_paths(job)
+    assert paths is not None
+    assert paths.folder == str(tmp_path / "jobs" / "train-123")
+    assert paths.replica_log("trainer", 1) == str(tmp_path / "jobs" / "train-123" / "trainer-1.log")
+    # The script's own --output, with %j the job id.
+    script = (tmp_path / "jobs" / f"{APP_ID}.sbatch").read_text()
+    output = re.search(r"^#SBATCH --output=(\S+)$", script, re.M)
+    assert output is not None
+    assert paths.script_output == output.group(1).replace("%j", job)
+    # The folder the script writes its replicas' logs into.
+    folder = re.search(r'^export DISTSPEC_JOB_DIR=(\S+)"\$SLURM_JOB_ID"$', script, re.M)
+    assert folder is not None
+    assert paths.folder == folder.group(1) + job
+    assert fake_commands.calls[1:] == []  # from the record: no query
+
+
+def test_job_paths_without_a_record_come_from_scontrol(
+    sched: SlurmScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    fake_commands.on("scontrol", stdout="JobId=77 JobState=COMPLETED StdOut=/shared/j/x-77.out\n")
+    paths = sched.job_paths("77")
+    assert paths is not None
+    assert (paths.folder, paths.script_output) == ("/shared/j/x-77", "/shared/j/x-77.out")
+    fake_commands.on(
+        "scontrol", returncode=1, stderr="slurm_load_jobs error: Invalid job id specified\n"
+    )
+    assert sched.job_paths("78") is None
+    with pytest.raises(UsageError):
+        sched.job_paths("not-a-job-id")
+
+
 def test_cancel(sched: SlurmScheduler, fake_commands: FakeCommands) -> None:
     fake_commands.on("scancel")
     sched.cancel("123")

@@ -20,7 +20,7 @@ from distspec.schedulers._common import (
     read_log_lines,
     with_location,
 )
-from distspec.schedulers.api import CommandResult, Request, Scheduler
+from distspec.schedulers.api import CommandResult, JobPaths, Request, Scheduler
 from distspec.schedulers.batch.script import safe_app_id
 from distspec.specs.frozen import FrozenDict, frozen
 
@@ -94,7 +94,8 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
     # -- the pure half -----------------------------------------------------------
 
     def compile(self, app: AppDef, opts: BatchOptsT, *, app_id: str) -> Request:
-        """One batch script; ``argv`` submits it by hand from the folder it is written to."""
+        """One batch script; ``argv`` submits it by hand from the folder it is written to,
+        ``job_dir`` is the folder submit creates for it."""
         check_capabilities(app, self.capabilities, self.name)
         self._check_image_dir(app)
         safe_id = safe_app_id(app_id)
@@ -109,6 +110,7 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
             files=FrozenDict({main: script}),
             argv=self._submit_argv(main, app_id=safe_id, job_dir=job_dir),
             main_file=main,
+            job_dir=job_dir,
         )
 
     @abc.abstractmethod
@@ -186,7 +188,7 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         """Write the request's script into ``job_dir`` (created); returns its path."""
         from pathlib import Path
 
-        job_dir = Path(self._job_dir(request.options))
+        job_dir = Path(request.job_dir or self._job_dir(request.options))
         try:
             # Private (0700) when distspec creates it; the default one (under the state
             # dir) is made private even if it exists. A job_dir the user named and
@@ -300,6 +302,27 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         info = self._query(job_id)
         return None if info is None else self._reported_folder(info)
 
+    def job_paths(self, app_id: str, request: Request | None = None) -> JobPaths | None:
+        """The job folder (from the record submit wrote, else from what the scheduler
+        reports), each replica's ``<role>-<i>.log`` in it, and the batch script's own
+        output beside it, ``<folder>.out``. None for a job that was not submitted from
+        this state dir and that the scheduler no longer shows."""
+        job_id = self._check_id(app_id)
+        record = self._record(job_id)
+        if record is not None:
+            from pathlib import Path
+
+            folder: Path | None = Path(record.folder)
+        else:
+            folder = self._queried_folder(job_id)
+        if folder is None:
+            return None
+        return JobPaths(
+            folder=str(folder),
+            log_pattern=log_file_name("{role}", "{replica}"),
+            script_output=f"{folder}.out",
+        )
+
     def describe(self, app_id: str) -> AppStatus | None:
         job_id = self._check_id(app_id)
         record = self._record(job_id)
@@ -340,17 +363,16 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         if since is not None:
             raise UsageError(self.no_since)
         job_id = self._check_id(app_id)
-        record = self._record(job_id)
-        from pathlib import Path
-
-        folder = Path(record.folder) if record is not None else self._queried_folder(job_id)
-        if folder is None:
+        paths = self.job_paths(job_id)
+        if paths is None:
             raise SchedulerError(
                 f"cannot find the log folder of job {job_id}: it was not submitted from this "
                 f"state dir and {self.label} no longer shows it",
                 scheduler=self.name,
             )
-        path = folder / log_file_name(role, replica)
+        from pathlib import Path
+
+        path = Path(paths.replica_log(role, replica))
         return read_log_lines(path, follow=follow, ended=lambda: self._ended(job_id))
 
     def _ended(self, job_id: str) -> bool:

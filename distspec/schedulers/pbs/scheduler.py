@@ -62,7 +62,11 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
     name = NAME
     Options = PbsOptions
     capabilities = Capabilities(
-        mount_kinds=frozenset(), elastic=False, multi_role=False, shared_files=True
+        mount_kinds=frozenset(),
+        elastic=False,
+        multi_role=False,
+        shared_files=True,
+        image="directory",
     )
     max_poll_interval = 1.0
     label = "PBS"
