@@ -55,10 +55,6 @@ __all__ = [
 
 #: How many log lines a "died without a result" error quotes.
 TAIL_LINES = 20
-#: What a failed rank's result record holds (see distspec.runtime.call).
-_ERROR_KEYS = ("ok", "type", "message", "traceback", "rank", "host", "phase", "time")
-#: Phases in which a rank fails because of a peer (see distspec.runtime.call).
-_PEER_PHASES = ("init", "finish")
 
 
 class _RemoteTraceback(Exception):
@@ -117,15 +113,15 @@ def pickle_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     """
     import cloudpickle
 
-    from distspec.runtime.call import PROTOCOL_VERSION
+    from distspec.runtime.call_protocol import payload
     from distspec.runtime.pickling import dumps
 
-    payload = {"version": PROTOCOL_VERSION, "fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
+    call = payload(fn, args, kwargs)
     packages = _by_value_packages([fn, *args, *kwargs.values()])
     for package in packages:
         cloudpickle.register_pickle_by_value(package)
     try:
-        data = dumps(payload)
+        data = dumps(call)
     except Exception as e:
         what = _describe_unpicklable(fn, args, kwargs)
         raise CallableError(f"cannot send {what} to the job: {type(e).__name__}: {e}") from e
@@ -439,7 +435,7 @@ class Job:
     def _read(self, rank: int) -> dict[str, Any] | None:
         import cloudpickle
 
-        from distspec.runtime.call import join, read_bytes, result_file
+        from distspec.runtime.call_protocol import is_record, join, read_bytes, result_file
 
         path = join(self.job_dir, result_file(rank))
         try:
@@ -451,8 +447,7 @@ class Job:
         except Exception as e:
             why = f"it does not unpickle: {type(e).__name__}: {e}"
         else:
-            keys = ("ok", "value") if isinstance(record, dict) and record.get("ok") else _ERROR_KEYS
-            if isinstance(record, dict) and all(k in record for k in keys):
+            if is_record(record):
                 return record
             why = "it is not a result record"
         from distspec._arguments import show
@@ -579,9 +574,11 @@ def _peer_caused(record: Mapping[str, Any]) -> bool:
     """Whether a rank's failure is most likely another rank's doing: it failed in
     init or the final barrier, or a signal stopped it (torch's ``SignalException``,
     ``KeyboardInterrupt``), as when torchrun stops a node's ranks after one failed."""
+    from distspec.runtime.call_protocol import PEER_PHASES
+
     kind = str(record["type"])
     return (
-        record["phase"] in _PEER_PHASES
+        record["phase"] in PEER_PHASES
         or kind.endswith("SignalException")
         or kind == "KeyboardInterrupt"
     )
@@ -953,7 +950,7 @@ def _compile(fn: Any, args: Any, kwargs: Any, *, where: str, **settings: Any) ->
 
 
 def _write_payload(job_dir: str, payload: bytes) -> None:
-    from distspec.runtime.call import CALL_FILE, join, write_bytes
+    from distspec.runtime.call_protocol import CALL_FILE, join, write_bytes
 
     try:
         if "://" not in job_dir:

@@ -15,19 +15,10 @@ under torchrun. It
    exception (type name, message, formatted traceback, rank, host, and the exception
    itself when it pickles), then exits 0 or 1.
 
-The job directory is ``$DISTSPEC_JOB_DIR``: a local path (local_cwd's run
-directory, the Slurm or PBS job folder on the shared file system) or any fsspec URL
-(``s3://bucket/prefix/<app id>``, ``file:///...``; Kubernetes). Without one, the
-function still runs and rank 0's return value is printed, but nothing is written.
-
-File protocol (version 1), each file a cloudpickle of a dict:
-
-``call.pkl``
-    ``{"version": 1, "fn": callable, "args": tuple, "kwargs": dict}``
-``result-<rank>.pkl``
-    ``{"version": 1, "rank", "host", "pid", "time", "ok": True, "value"}`` or
-    ``{..., "ok": False, "phase": "load"|"init"|"call"|"finish"|"result", "type", "message",
-    "traceback", "exception": bytes | None}``
+The job directory is ``$DISTSPEC_JOB_DIR``. Without one, the function still runs
+and rank 0's return value is printed, but nothing is written. The files, their
+records and the protocol version are :mod:`distspec.runtime.call_protocol`'s, which
+the submitter (:mod:`distspec.callables`) shares.
 """
 
 from __future__ import annotations
@@ -35,7 +26,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import socket
 import sys
 import time
 import traceback
@@ -43,122 +33,25 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+from distspec.runtime.call_protocol import (
+    CALL_FILE,
+    JOB_DIR_ENV,
+    PROTOCOL_VERSION,
+    REACH_HINT,
+    is_url,
+    join,
+    read_bytes,
+    remove,
+    result_file,
+    result_record,
+    write_bytes,
+)
 from distspec.runtime.pickling import dumps
 
-__all__ = [
-    "CALL_FILE",
-    "JOB_DIR_ENV",
-    "PROTOCOL_VERSION",
-    "exists",
-    "join",
-    "main",
-    "read_bytes",
-    "remove",
-    "result_file",
-    "takes_dist",
-    "write_bytes",
-]
+__all__ = ["PAYLOAD_WAIT", "main", "takes_dist"]
 
-#: The environment variable naming the job directory (a path or an fsspec URL).
-JOB_DIR_ENV = "DISTSPEC_JOB_DIR"
-#: The pickled function and arguments, in the job directory.
-CALL_FILE = "call.pkl"
-PROTOCOL_VERSION = 1
 #: How long a worker waits for ``call.pkl`` (the submitter writes it after submit).
 PAYLOAD_WAIT = 300.0
-
-
-_REACH_HINT = (
-    " (the job's image needs distspec and the fsspec library of this protocol, e.g. "
-    "s3fs for s3://, and credentials for it)"
-)
-
-
-def result_file(rank: int) -> str:
-    """The name of rank ``rank``'s result file in the job directory."""
-    return f"result-{rank}.pkl"
-
-
-def join(job_dir: str, name: str) -> str:
-    """``job_dir/name`` for a path or a URL."""
-    return job_dir.rstrip("/") + "/" + name
-
-
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
-def read_bytes(path: str) -> bytes:
-    """The content of a local file or an fsspec URL (FileNotFoundError when absent)."""
-    if _is_url(path):
-        import fsspec
-
-        with fsspec.open(path, "rb") as f:
-            data: bytes = f.read()
-            return data
-    import stat
-
-    # Never blocks on a FIFO nor reads a device without end (/dev/zero) put there.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(22, "not a regular file", path)  # EINVAL
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    with open(fd, "rb") as f:
-        return f.read()
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a local file atomically (rename), or an fsspec URL (atomic on close for
-    object stores)."""
-    if _is_url(path):
-        import fsspec
-
-        with fsspec.open(path, "wb") as f:
-            f.write(data)
-        return
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk: the half-written temp file would keep the space it took, and
-        # nothing could then record the job's end. Leave nothing behind.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def remove(path: str) -> None:
-    """Remove a local file or an fsspec URL; nothing when it does not exist."""
-    try:
-        if _is_url(path):
-            import fsspec
-
-            fs, inner = fsspec.core.url_to_fs(path)
-            fs.rm(inner)
-        else:
-            os.remove(path)
-    except FileNotFoundError:
-        pass
-    except ImportError as e:  # fsspec: the protocol's library is not installed
-        raise ImportError(f"cannot reach {path}: {e}{_REACH_HINT}") from e
-
-
-def exists(path: str) -> bool:
-    """Whether a local file or an fsspec URL exists."""
-    if _is_url(path):
-        import fsspec
-
-        fs, inner = fsspec.core.url_to_fs(path)
-        return bool(fs.exists(inner))
-    return os.path.exists(path)
 
 
 def takes_dist(fn: Callable[..., Any]) -> bool:
@@ -230,7 +123,7 @@ def _load_payload(
             data = read_bytes(path)
             break
         except ImportError as e:  # fsspec: the protocol's library is not installed
-            raise ImportError(f"cannot read {path}: {e}{_REACH_HINT}") from e
+            raise ImportError(f"cannot read {path}: {e}{REACH_HINT}") from e
         except FileNotFoundError:
             if time.monotonic() >= deadline:
                 raise FileNotFoundError(
@@ -269,19 +162,15 @@ def _error_record(e: BaseException, phase: str, rank: int) -> dict[str, Any]:
         pickled: bytes | None = dumps(e)
     except Exception:
         pickled = None
-    return {
-        "version": PROTOCOL_VERSION,
-        "rank": rank,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "time": time.time(),
-        "ok": False,
-        "phase": phase,
-        "type": _type_name(e),
-        "message": str(e),
-        "traceback": "".join(traceback.format_exception(type(e), e, _user_frames(e))),
-        "exception": pickled,
-    }
+    return result_record(
+        rank,
+        ok=False,
+        phase=phase,
+        type=_type_name(e),
+        message=str(e),
+        traceback="".join(traceback.format_exception(type(e), e, _user_frames(e))),
+        exception=pickled,
+    )
 
 
 def _write_record(job_dir: str | None, rank: int, record: dict[str, Any]) -> None:
@@ -301,7 +190,7 @@ def _write_record(job_dir: str | None, rank: int, record: dict[str, Any]) -> Non
         why = _why(e)
         print(
             f"distspec: rank {rank} cannot write its result to {path} ({len(data)} bytes): "
-            f"{why}{_REACH_HINT if _is_url(job_dir) else ''}",
+            f"{why}{REACH_HINT if is_url(job_dir) else ''}",
             file=sys.stderr,
             flush=True,
         )
@@ -386,17 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except Exception:
                 pass  # _write_record said why on stderr
             return 130 if isinstance(e, KeyboardInterrupt) else 1
-    ok = {
-        "version": PROTOCOL_VERSION,
-        "rank": rank,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "time": time.time(),
-        "ok": True,
-        "value": value,
-    }
     try:
-        _write_record(job_dir, rank, ok)
+        _write_record(job_dir, rank, result_record(rank, ok=True, value=value))
     except ResultNotWritten:
         return 1  # the function returned, but its value cannot reach the submitter
     if rank == 0 and args.fn and value is not None:

@@ -653,7 +653,7 @@ def test_damaged_result_files(state_dir: Path, tmp_path: Path, content: bytes | 
     """A rank's result file damaged after the job wrote it: one RemoteError naming the file."""
     import pickle
 
-    from distspec.runtime.call import result_file
+    from distspec.runtime.call_protocol import result_file
 
     job_dir = tmp_path / "job"
     job_dir.mkdir()

@@ -20,7 +20,8 @@ import yaml
 
 from distspec.callables import Job, compile_call
 from distspec.errors import CallableError, RemoteError
-from distspec.runtime.call import CALL_FILE, result_file, takes_dist
+from distspec.runtime.call import takes_dist
+from distspec.runtime.call_protocol import CALL_FILE, result_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -234,7 +235,7 @@ def test_takes_dist_with_the_real_class() -> None:
 
 @pytest.mark.parametrize("url", [False, True])
 def test_remove_a_stale_result_local_or_url(tmp_path: Path, url: bool) -> None:
-    from distspec.runtime.call import exists, remove, write_bytes
+    from distspec.runtime.call_protocol import exists, remove, write_bytes
 
     base = f"file://{tmp_path}" if url else str(tmp_path)
     path = f"{base}/{result_file(3)}"

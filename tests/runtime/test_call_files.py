@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from distspec.runtime.call import read_bytes
+from distspec.runtime.call_protocol import read_bytes
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory"])
@@ -26,7 +26,7 @@ def test_a_result_file_that_is_not_a_file_is_an_error_not_a_hang(kind: str, tmp_
     code = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from distspec.runtime.call import read_bytes\n"
+        "from distspec.runtime.call_protocol import read_bytes\n"
         "try:\n"
         "    read_bytes(sys.argv[1])\n"
         "except OSError as e:\n"
