@@ -122,10 +122,8 @@ def main(args: argparse.Namespace) -> int:
     request = runner.dryrun(app, scheduler, cfg)
     if args.dryrun:
         if args.output:
-            job_dir = getattr(runner.scheduler(scheduler), "_job_dir", None)
-            folder = job_dir(request.options) if job_dir is not None else None
             try:
-                written = write_request(request, args.output, job_dir=folder)
+                written = request.write(args.output)
             except OSError as e:
                 raise UsageError(
                     f"-o {args.output}: cannot write the dry run there: {e.strerror or e}"
@@ -181,64 +179,6 @@ def main(args: argparse.Namespace) -> int:
         return exit_code(runner, handle, status, time.monotonic() - began)
     except BrokenPipeError:  # nobody reads the summary any more; the job's code still counts
         return job_exit_code(status)
-
-
-def write_request(request: Any, output: str, *, job_dir: str | None = None) -> list[Any]:
-    """Write the request's files to ``output`` and a ``submit.sh`` that submits them
-    from the directory the dry run ran in (where the job's relative paths, such as its
-    script, are found); returns the paths written. ``job_dir`` (Slurm, PBS): the folder
-    the job writes its output to, which submit.sh creates (``submit`` would)."""
-    import shlex
-    from pathlib import Path
-
-    directory = Path(output)
-    # Private, as a real job's folder is: the files hold the job's --env values. DIR
-    # is created 0700 (a DIR that exists keeps its mode: it may be shared on
-    # purpose); each file is created 0600 (0700 for scripts) before a byte of it is
-    # written, also when it existed with a wider mode.
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    paths: list[Any] = []
-    for name, text in request.files.items():
-        path = directory / name
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _write_private(path, text, executable=text.startswith("#!"))
-        paths.append(path)
-    # Unlike Request.write's own submit.sh, this one submits from the directory the
-    # dry run ran in. An argument that names one of the written files (or "." for
-    # DIR itself) is made absolute.
-    names = set(request.files)
-    words = []
-    for arg in request.argv:
-        if arg in names:
-            words.append('"$here"/' + shlex.quote(arg))
-        elif arg == ".":
-            words.append('"$here"')
-        else:
-            words.append(shlex.quote(arg))
-    script = directory / "submit.sh"
-    _write_private(
-        script,
-        "#!/usr/bin/env bash\n"
-        f"# Submits the {request.scheduler} request in this folder by hand, from the directory\n"
-        "# `distspec run --dryrun` ran in, so that the job finds its relative paths.\n"
-        "set -euo pipefail\n"
-        'here="$(cd "$(dirname "$0")" && pwd)"\n'
-        + (f"mkdir -p {shlex.quote(job_dir)}\n" if job_dir else "")
-        + f"cd {shlex.quote(os.getcwd())}\n"
-        + " ".join(words)
-        + "\n",
-        executable=True,
-    )
-    return [*paths, script]
-
-
-def _write_private(path: Any, text: str, *, executable: bool) -> None:
-    """Write ``text`` to ``path`` for its owner alone: 0600, or 0700 with ``executable``."""
-    mode = 0o700 if executable else 0o600
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        os.fchmod(f.fileno(), mode)
-        f.write(text)
 
 
 class _Terminated:

@@ -168,28 +168,62 @@ class Request:
         """The main file's text, byte for byte what submit hands over."""
         return self.files[self.main_file]
 
-    def write(self, directory: Path) -> list[Path]:
-        """Write every file plus ``submit.sh`` (runs ``argv`` there); returns the paths."""
-        import os
-        import shlex
+    def write(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Write every file and a ``submit.sh`` that submits them by hand; returns the paths.
 
-        directory.mkdir(parents=True, exist_ok=True)
-        written = []
+        ``submit.sh`` submits from the directory this process runs in (where the job's
+        relative paths, such as its script, are found) and first creates
+        :attr:`job_dir`, as submit would. Everything is private to its owner, as a real
+        job's folder is (the files hold the job's ``--env`` values): ``directory`` is
+        created 0700 (one that exists keeps its mode: it may be shared on purpose) and
+        each file 0600 (0700 for scripts) before a byte of it is written, also when it
+        existed with a wider mode.
+        """
+        import shlex
+        from pathlib import Path
+
+        folder = Path(directory)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        written: list[Path] = []
         for name, text in self.files.items():
-            path = directory / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            if text.startswith("#!"):
-                os.chmod(path, 0o755)
+            path = folder / name
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _write_private(path, text, executable=text.startswith("#!"))
             written.append(path)
-        script = directory / "submit.sh"
-        script.write_text(
-            "#!/usr/bin/env bash\n# Submits this request by hand.\nset -euo pipefail\n"
-            'cd "$(dirname "$0")"\n' + shlex.join(self.argv) + "\n"
+        # An argument that names one of the written files (or "." for the folder
+        # itself) is made absolute, since submit.sh runs from elsewhere.
+        words = []
+        for arg in self.argv:
+            if arg in self.files:
+                words.append('"$here"/' + shlex.quote(arg))
+            elif arg == ".":
+                words.append('"$here"')
+            else:
+                words.append(shlex.quote(arg))
+        script = folder / "submit.sh"
+        _write_private(
+            script,
+            "#!/usr/bin/env bash\n"
+            f"# Submits the {self.scheduler} request in this folder by hand, from the directory\n"
+            "# `distspec run --dryrun` ran in, so that the job finds its relative paths.\n"
+            "set -euo pipefail\n"
+            'here="$(cd "$(dirname "$0")" && pwd)"\n'
+            + (f"mkdir -p {shlex.quote(self.job_dir)}\n" if self.job_dir else "")
+            + f"cd {shlex.quote(os.getcwd())}\n"
+            + " ".join(words)
+            + "\n",
+            executable=True,
         )
-        os.chmod(script, 0o755)
-        written.append(script)
-        return written
+        return [*written, script]
+
+
+def _write_private(path: Path, text: str, *, executable: bool) -> None:
+    """Write ``text`` to ``path`` for its owner alone: 0600, or 0700 with ``executable``."""
+    mode = 0o700 if executable else 0o600
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), mode)
+        f.write(text)
 
 
 @frozen
