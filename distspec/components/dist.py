@@ -1,8 +1,13 @@
 """Distributed training components: torchrun on every node.
 
-``dist.ddp`` and ``dist.spmd`` both run one torchrun per node (one replica of a
-single role per node), which starts the processes of that node and joins the
-rendezvous. The torchrun command line is built in :mod:`distspec.torchrun`.
+``dist.ddp``, ``dist.spmd`` and ``dist.torchrun`` (and ``dist.fn``, in
+:mod:`distspec.components.fn`) run one torchrun per node (one replica of a single
+role per node), which starts the processes of that node and joins the rendezvous.
+They differ in what a bare ``-j N`` means (:class:`_BareJ`) and build their role
+through one function, :func:`_torchrun_app`; the torchrun command line is built in
+:mod:`distspec.torchrun`. The help of the parameters they share is written once,
+in :data:`_SHARED_ARGS`, and :func:`_shared_args` completes each one's docstring
+(its ``--help``) from it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ from distspec.torchrun import TORCHRUN, torchrun_args
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
     from distspec.specs.mounts import Mount
+
+    _Component = TypeVar("_Component", bound=Callable[..., AppDef])
 
 __all__ = [
     "DEBUG_ENV",
@@ -51,7 +61,98 @@ DEBUG_ENV: Mapping[str, str] = FrozenDict(
     }
 )
 
+#: The help of the parameters dist.ddp, dist.spmd, dist.torchrun and dist.fn share, as
+#: the entries of a docstring's ``Args:`` section. A component documents in its own
+#: docstring only what is its own (``-j`` always); :func:`_shared_args` adds the rest.
+_SHARED_ARGS = """
+script_args: arguments passed to the script or module unchanged.
+script: the training script to run (a path inside the image); give this or -m.
+m: a Python module to run as with ``python -m``; give this or --script.
+image: the container image; empty runs in the scheduler's current environment.
+name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
+    ``/RUN``): the job is named RUN and records the whole name; the
+    script's or module's name when there is no RUN.
+h: a named host type (``gpu.large``, see ``distspec resources``) giving the
+    CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
+cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
+    when there are no GPUs, other backends and GPU jobs for none.
+gpu: GPUs per node (0 without -h).
+mem_mb: memory per node in MiB; without it and -h, the cluster's default.
+env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
+max_retries: how many times the scheduler reruns the job after a failure.
+max_restarts: how many times torchrun restarts a node's processes before the
+    node fails.
+rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
+    for a fixed node count without restarts or retries whose --rdzv_conf sets
+    only timeout, else c10d), c10d, static, etcd or etcd-v2.
+rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
+    the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
+    a first node do not meet), the rdzv_port run option on Kubernetes.
+rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
+    close_timeout, timeout in seconds, and the backend's own keys); the
+    static rendezvous reads only timeout, so other keys make auto pick c10d.
+mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
+    a new mount starts at each ``type=``.
+debug: add verbose torch.distributed and NCCL logging to the environment.
+tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
+    (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
+    ``distspec.runtime.init()`` builds a DeviceMesh from them.
+pp: pipeline-parallel degree (see --tp).
+cp: context-parallel degree (see --tp).
+"""
 
+
+def _entries(lines: list[str], indent: int) -> dict[str, list[str]]:
+    """The entries of an ``Args:`` section whose names stand at ``indent``: name → its
+    lines, with that indentation taken off (continuation lines keep what is deeper)."""
+    entries: dict[str, list[str]] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        text = line[indent:]
+        if not text.startswith(" "):  # "name: help" starts an entry
+            entries[text.partition(":")[0]] = []
+        entries[next(reversed(entries))].append(text)
+    return entries
+
+
+_SHARED = _entries(_SHARED_ARGS.splitlines(), 0)
+
+_CO_VARARGS = 0x04  # inspect.CO_VARARGS, without importing inspect at start-up
+
+
+def _shared_args(component: _Component) -> _Component:
+    """Complete ``component``'s docstring, its ``--help``: the ``Args:`` section (the
+    docstring's last) gets the :data:`_SHARED_ARGS` entry of each parameter that the
+    component does not document itself, and lists every parameter in the order of the
+    signature. Only ``__doc__`` changes: the function and its signature are the same
+    (no wrapper), and the work is a few string operations at import.
+
+    Raises:
+        TypeError: a parameter documented nowhere, or an entry for no parameter.
+    """
+    code = component.__code__
+    count = code.co_argcount + code.co_kwonlyargcount
+    names = list(code.co_varnames[:count])
+    if code.co_flags & _CO_VARARGS:  # *args stands between positional and keyword-only
+        names.insert(code.co_argcount, code.co_varnames[count])
+    lines = (component.__doc__ or "").splitlines()
+    at = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), len(lines))
+    head, args = lines[:at], lines[at + 1 :]
+    pad = lines[at][: -len("Args:")] if args else "    "
+    own = _entries(args, len(pad) + 4)
+    where = f"{component.__module__}.{component.__qualname__}"
+    if stray := own.keys() - set(names):
+        raise TypeError(f"{where}: the docstring documents no parameter {sorted(stray)}")
+    if missing := [n for n in names if n not in own and n not in _SHARED]:
+        raise TypeError(f"{where}: no help for {missing}, in its docstring or in _SHARED_ARGS")
+    body = [f"{pad}    {text}" for n in names for text in own.get(n) or _SHARED[n]]
+    component.__doc__ = "\n".join([*head, f"{pad}Args:", *body, pad])
+    return component
+
+
+@_shared_args
 def ddp(
     *script_args: str,
     script: str | None = None,
@@ -93,47 +194,13 @@ def ddp(
         distspec run dist.ddp -j 1:4x8 -m mypkg.train      # elastic, 1 to 4 nodes
 
     Args:
-        script_args: arguments passed to the script or module unchanged.
-        script: the training script to run (a path inside the image); give this or -m.
-        m: a Python module to run as with ``python -m``; give this or --script.
-        image: the container image; empty runs in the scheduler's current environment.
-        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
-            ``/RUN``): the job is named RUN and records the whole name; the
-            script's or module's name when there is no RUN.
-        h: a named host type (``gpu.large``, see ``distspec resources``) giving the
-            CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
-            when there are no GPUs, other backends and GPU jobs for none.
-        gpu: GPUs per node (0 without -h).
-        mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:NxM`` makes it
             elastic; a bare ``M`` is always one node of M processes.
-        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
-        max_retries: how many times the scheduler reruns the job after a failure.
-        max_restarts: how many times torchrun restarts a node's processes before the
-            node fails.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
-            for a fixed node count without restarts or retries whose --rdzv_conf sets
-            only timeout, else c10d), c10d, static, etcd or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
-            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
-            a first node do not meet), the rdzv_port run option on Kubernetes.
-        rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
-            close_timeout, timeout in seconds, and the backend's own keys); the
-            static rendezvous reads only timeout, so other keys make auto pick c10d.
-        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
-            a new mount starts at each ``type=``.
-        debug: add verbose torch.distributed and NCCL logging to the environment.
-        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
-        tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
-            (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
-            ``distspec.runtime.init()`` builds a DeviceMesh from them.
-        pp: pipeline-parallel degree (see --tp).
-        cp: context-parallel degree (see --tp).
     """
     return _torchrun_app(_BareJ.PROCESSES, **locals())
 
 
+@_shared_args
 def spmd(
     *script_args: str,
     j: str,
@@ -173,47 +240,14 @@ def spmd(
         distspec run -s kubernetes dist.spmd --gpu 4 -j 2 --image repo/img -m mypkg.train
 
     Args:
-        script_args: arguments passed to the script or module unchanged.
         j: the topology: ``N`` nodes of one process per GPU, ``NxM``, or elastic
             ``MIN:N`` / ``MIN:NxM`` (GPU nodes only: give -h or --gpu).
-        script: the program to run (a path inside the image); give this or -m.
-        m: a Python module to run as with ``python -m``; give this or --script.
-        image: the container image; empty runs in the scheduler's current environment.
-        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
-            ``/RUN``): the job is named RUN and records the whole name; the
-            script's or module's name when there is no RUN.
-        h: a named host type (``gpu.large``, see ``distspec resources``) giving the
-            CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
-            when there are no GPUs, other backends and GPU jobs for none.
         gpu: GPUs per node, and so processes per node (0 without -h).
-        mem_mb: memory per node in MiB; without it and -h, the cluster's default.
-        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
-        max_retries: how many times the scheduler reruns the job after a failure.
-        max_restarts: how many times torchrun restarts a node's processes before the
-            node fails.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
-            for a fixed node count without restarts or retries whose --rdzv_conf sets
-            only timeout, else c10d), c10d, static, etcd or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
-            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
-            a first node do not meet), the rdzv_port run option on Kubernetes.
-        rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
-            close_timeout, timeout in seconds, and the backend's own keys); the
-            static rendezvous reads only timeout, so other keys make auto pick c10d.
-        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
-            a new mount starts at each ``type=``.
-        debug: add verbose torch.distributed and NCCL logging to the environment.
-        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
-        tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
-            (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
-            ``distspec.runtime.init()`` builds a DeviceMesh from them.
-        pp: pipeline-parallel degree (see --tp).
-        cp: context-parallel degree (see --tp).
     """
     return _torchrun_app(_BareJ.NODES, **locals())
 
 
+@_shared_args
 def torchrun(
     *script_args: str,
     script: str | None = None,
@@ -252,43 +286,8 @@ def torchrun(
         distspec run -s kubernetes dist.torchrun -h aws_p4d.24xlarge -j 2 --image repo/img -m mypkg.train
 
     Args:
-        script_args: arguments passed to the script or module unchanged.
-        script: the training script to run (a path inside the image); give this or -m.
-        m: a Python module to run as with ``python -m``; give this or --script.
-        image: the container image; empty runs in the scheduler's current environment.
-        name: the job name, or TorchX's ``EXPERIMENT/RUN`` (also ``EXP/`` and
-            ``/RUN``): the job is named RUN and records the whole name; the
-            script's or module's name when there is no RUN.
-        h: a named host type (``gpu.large``, see ``distspec resources``) giving the
-            CPU, GPU and memory of each node; --cpu, --gpu and --mem_mb override it.
-        cpu: CPUs per node; without it and -h, Slurm and PBS ask for one per process
-            when there are no GPUs, other backends and GPU jobs for none.
-        gpu: GPUs per node (0 without -h).
-        mem_mb: memory per node in MiB; without it and -h, the cluster's default.
         j: the topology ``[MIN:]NxM``; with -h a bare ``N`` is N nodes of one
             process per GPU, without -h a bare ``M`` is one node of M processes.
-        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
-        max_retries: how many times the scheduler reruns the job after a failure.
-        max_restarts: how many times torchrun restarts a node's processes before the
-            node fails.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
-            for a fixed node count without restarts or retries whose --rdzv_conf sets
-            only timeout, else c10d), c10d, static, etcd or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
-            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
-            a first node do not meet), the rdzv_port run option on Kubernetes.
-        rdzv_conf: torchrun's --rdzv_conf, ``KEY=VALUE[,...]`` (join_timeout,
-            close_timeout, timeout in seconds, and the backend's own keys); the
-            static rendezvous reads only timeout, so other keys make auto pick c10d.
-        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``;
-            a new mount starts at each ``type=``.
-        debug: add verbose torch.distributed and NCCL logging to the environment.
-        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
-        tp: tensor-parallel degree; tp x pp x cp must divide the processes of the job
-            (data parallel takes the rest); the job gets them as DISTSPEC_DEGREES and
-            ``distspec.runtime.init()`` builds a DeviceMesh from them.
-        pp: pipeline-parallel degree (see --tp).
-        cp: context-parallel degree (see --tp).
     """
     return _torchrun_app(_BareJ.NODES_WITH_H, **locals())
 

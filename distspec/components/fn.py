@@ -9,6 +9,10 @@ value or exception there.
 ``distspec.submit(fn, ...)`` compiles every Python callable through this component
 (without ``--fn``: the function and its arguments travel pickled in the job
 directory), so ``distspec run dist.fn ... --dryrun`` shows what such a job submits.
+
+Its role is built by dist.ddp's own function, and the help of the parameters it
+shares with dist.ddp comes from dist.ddp's (``dist._shared_args``), so the two read
+and describe those parameters alike.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ MAX_SEED = 2**63 - 1
 MAX_TIMEOUT = 999_999_999 * 86_400.0
 
 
+@dist._shared_args
 def fn(
     *fn_args: str,
     fn: str | None = None,
@@ -94,25 +99,11 @@ def fn(
             (what ``distspec.submit`` writes).
         j: the topology ``[MIN:]NxM``: N nodes of M processes; a bare ``M`` is one
             node of M processes whatever --gpu or -h say (as dist.ddp).
-        image: the container image; empty runs in the scheduler's current environment.
         name: the job name, or TorchX's ``EXPERIMENT/RUN`` (as dist.ddp): the job is
             named RUN and records the whole name; the function's name when not given.
-        h: a named host type (``gpu.large``, see ``distspec resources``); --cpu, --gpu
-            and --mem_mb override it.
-        cpu: CPUs per node (see dist.ddp).
-        gpu: GPUs per node (see dist.ddp).
-        mem_mb: memory per node in MiB (see dist.ddp).
-        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
-        max_retries: how many times the scheduler reruns the job after a failure.
-        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (as
-            dist.ddp: static for a fixed node count, c10d for an elastic one), c10d,
-            static, etcd or etcd-v2.
-        rdzv_port: the rendezvous port on the rank-0 host (multi-node jobs); default:
-            the job's own, 29500 + job id % 2000 on Slurm, PBS and local (jobs sharing
-            a first node do not meet), the rdzv_port run option on Kubernetes.
-        mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``.
-        debug: add verbose torch.distributed and NCCL logging to the environment.
-        tee: torchrun's --tee: copy 0 nothing, 1 stdout, 2 stderr, 3 both to its log files.
+        rdzv_backend: torchrun's rendezvous backend for multi-node jobs: auto (static
+            for a fixed node count without retries, else c10d), c10d, static, etcd
+            or etcd-v2.
         seed: seed Python, NumPy and torch on every rank before the call.
         seed_per_rank: add the rank to the seed, so ranks draw different numbers.
         groups: process subgroups, ranks separated by commas, groups by semicolons
