@@ -448,7 +448,16 @@ def test_a_failing_replica_fails_the_script_and_records_its_code(
             Role(
                 name="r",
                 entrypoint="bash",
-                args=("-c", 'echo "node $1"; exit $(( $1 == 1 ? 7 : 0 ))', "x", "${replica_id}"),
+                # Replica 1 fails only once replica 0 has recorded its code: the script
+                # stops the other replicas as soon as one fails, so without the wait
+                # replica 0's code is there or not by chance.
+                args=(
+                    "-c",
+                    'echo "node $1"; (( $1 == 1 )) || exit 0; for _ in $(seq 200); do '
+                    '[[ -s "$DISTSPEC_JOB_DIR/r-0.exit" ]] && break; sleep 0.05; done; exit 7',
+                    "x",
+                    "${replica_id}",
+                ),
                 num_replicas=2,
             ),
         ),
