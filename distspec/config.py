@@ -44,6 +44,7 @@ import sys
 from collections.abc import Mapping
 
 from distspec.errors import ConfigError
+from distspec.schedulers._registry import BUILTIN_SCHEDULERS
 from distspec.specs.frozen import field, frozen
 
 TYPE_CHECKING = False
@@ -98,7 +99,9 @@ DEV_VARIABLES = (
     "DISTSPEC_SLURM_UP_TIMEOUT",
 )
 #: The built-in schedulers, whose DISTSPEC_<NAME>_* variables are run options.
-_SCHEDULERS = ("local_cwd", "slurm", "pbs", "kubernetes")
+_SCHEDULERS = tuple(BUILTIN_SCHEDULERS)
+#: The scheduler a run uses when no layer names one.
+DEFAULT_SCHEDULER = "local_cwd"
 
 
 @frozen
@@ -152,7 +155,7 @@ class Config:
 
     @property
     def scheduler(self) -> str:
-        return self.general("scheduler", "local_cwd")
+        return self.general("scheduler", DEFAULT_SCHEDULER)
 
     @property
     def session(self) -> str:
@@ -214,7 +217,7 @@ class Config:
         general keys always (a built-in default says so)."""
         out: list[Setting] = []
         defaults = {
-            "scheduler": "local_cwd",
+            "scheduler": DEFAULT_SCHEDULER,
             "session": "distspec",
             "log_level": "WARNING",
             "state_dir": self.state_dir,
