@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from distspec.errors import CompileError, OptionError
-from distspec.schedulers.api import Request
+from distspec.schedulers.api import JobPaths, Request
 from distspec.schedulers.kubernetes import KubernetesScheduler
 from distspec.schedulers.kubernetes.expansion import k8s_escape
 from distspec.schedulers.kubernetes.names import k8s_id, k8s_role
@@ -490,6 +490,32 @@ def test_dryrun_output_is_kubectl_ready(sched: KubernetesScheduler) -> None:
     assert [d["kind"] for d in docs] == ["Service", "Job"]
     # No ownerReference: kubectl cannot know the Job's uid (submit adds it).
     assert all("ownerReferences" not in d["metadata"] for d in docs)
+
+
+# ----------------------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("job_dir", ["s3://bucket/prefix", "s3://bucket/prefix/"])
+def test_job_paths_of_a_request_with_a_job_dir(sched: KubernetesScheduler, job_dir: str) -> None:
+    request = compile_(sched, ddp(2, 8), job_dir=job_dir)
+    paths = sched.job_paths(f"default:{APP_ID}", request)
+    assert paths == JobPaths(folder=f"s3://bucket/prefix/{APP_ID}")
+    # The folder the pods see as $DISTSPEC_JOB_DIR.
+    (job,) = [d for d in docs_of(request) if d["kind"] == "Job"]
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "DISTSPEC_JOB_DIR", "value": paths.folder} in env
+
+
+def test_job_paths_without_a_job_dir_is_none(sched: KubernetesScheduler) -> None:
+    assert sched.job_paths(f"default:{APP_ID}", compile_(sched, ddp(2, 8))) is None
+    # No request, and no state dir to keep a record in.
+    assert sched.job_paths(f"default:{APP_ID}") is None
+
+
+def test_capabilities_say_container_images_detached_jobs_nothing_to_prune() -> None:
+    caps = KubernetesScheduler.capabilities
+    assert (caps.image, caps.interactive, caps.prunable) == ("container", False, False)
+    assert caps.needs_image and not caps.shared_files
 
 
 def test_cli_dryrun_imports_no_kubernetes_client(state_dir: Any) -> None:

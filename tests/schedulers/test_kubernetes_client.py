@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from distspec.errors import AppNotFound, CompileError, SchedulerError, UsageError
-from distspec.schedulers.api import Request
+from distspec.schedulers.api import JobPaths, Request
 from distspec.schedulers.kubernetes import KubernetesScheduler
 from distspec.specs.app import AppDef, Resource, Role
 from distspec.specs.state import AppState
@@ -97,6 +97,26 @@ def test_submit_creates_job_then_owned_service(
     (pod,) = [p for p in api.pods() if p["metadata"]["name"] == pod0]
     assert pod["spec"]["hostname"] == "ddp-1a2b3c4d-trainer-0"
     assert pod["spec"]["subdomain"] == "ddp-1a2b3c4d"
+
+
+def test_job_paths_from_the_record_submit_keeps(
+    sched: KubernetesScheduler, api: FakeApiServer, tmp_path: Path
+) -> None:
+    app_id = sched.submit(compile_(sched, job_dir="gs://bucket/jobs/"))
+    want = JobPaths(folder="gs://bucket/jobs/ddp-1a2b3c4d")
+    assert sched.job_paths(app_id) == want
+    # Another process with the same state dir (distspec status, Job.from_handle).
+    fresh = KubernetesScheduler("test", state_dir=tmp_path / "state")
+    assert fresh.job_paths(app_id) == want
+    assert fresh.job_paths("ddp-1a2b3c4d") == want  # a bare id is in namespace default
+    assert fresh.job_paths(f"{NS}:ddp-99999999") is None  # not submitted from here
+
+
+def test_job_paths_of_a_job_without_job_dir_is_none(
+    sched: KubernetesScheduler, api: FakeApiServer
+) -> None:
+    app_id = sched.submit(compile_(sched))
+    assert sched.job_paths(app_id) is None
 
 
 def test_duplicate_submit_is_409_and_leaves_the_first(

@@ -100,27 +100,22 @@ def _api_error(e: Any, what: str) -> Exception:
         message = body.get("message") or message
         for cause in (body.get("details") or {}).get("causes") or []:
             causes.append(f"{cause.get('field', '')}: {cause.get('message', '')}".strip(": "))
-    if status == 401:
-        return SchedulerError(
+    refused = {
+        401: (
             "the API server rejected our credentials (401 Unauthorized); check the "
-            "kubeconfig's user or token",
-            scheduler=NAME,
-            returncode=401,
-        )
-    if status == 403:
-        return SchedulerError(
+            "kubeconfig's user or token"
+        ),
+        403: (
             f"forbidden (403) for {what}: {message}; ask for RBAC rights on "
-            "jobs/services/pods (or the JobSet/Volcano resource) in that namespace",
-            scheduler=NAME,
-            returncode=403,
-        )
-    if status == 404:
-        return SchedulerError(
+            "jobs/services/pods (or the JobSet/Volcano resource) in that namespace"
+        ),
+        404: (
             f"not found (404) for {what}: {message}; is the namespace right and, for "
-            "flavor=jobset/volcano, is the operator's CRD installed?",
-            scheduler=NAME,
-            returncode=404,
-        )
+            "flavor=jobset/volcano, is the operator's CRD installed?"
+        ),
+    }.get(status)
+    if refused is not None:
+        return SchedulerError(refused, scheduler=NAME, returncode=status)
     if status == 409:
         return UsageError(f"{NAME}: {what} already exists (409): {message}; cancel it first")
     if status == 400:

@@ -21,6 +21,7 @@ from distspec.schedulers.api import (
     AppSummary,
     Capabilities,
     CommandRunner,
+    JobPaths,
     Request,
     Scheduler,
     run_command,
@@ -81,6 +82,12 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         multi_role=True,
         mount_kinds=frozenset({"bind", "volume"}),
         needs_image=True,
+        # An image is a container image the kubelet pulls; a job runs detached (run
+        # --wait leaves it running on Ctrl-C) and keeps nothing under the state dir
+        # that prune could remove (its objects and logs live in the cluster).
+        image="container",
+        interactive=False,
+        prunable=False,
     )
     max_poll_interval: ClassVar[float] = 2.0
 
@@ -122,6 +129,23 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             argv=("kubectl", "apply", "-f", fname),
             main_file=fname,
         )
+
+    # -- where a job's files are -----------------------------------------------
+
+    def job_paths(self, app_id: str, request: Request | None = None) -> JobPaths | None:
+        """``<job_dir>/<k8s id>``, an fsspec URL the pods and this machine both reach, when
+        the app's options set ``job_dir`` (from ``request`` when given, else from the
+        record submit keeps in the state dir); None without one. The folder holds what
+        the job writes there (a callable's payload and results): a pod's log is the
+        API server's (``distspec log``), not a file in it."""
+        if request is not None:
+            job_dir, kid = request.options.job_dir, request.app_id
+        else:
+            ns, kid = split_app_id(app_id)
+            job_dir = self._record(ns or "default", kid).get("job_dir")
+        if not job_dir:
+            return None
+        return JobPaths(folder=f"{str(job_dir).rstrip('/')}/{kid}")
 
     # -- connection ------------------------------------------------------------
 
@@ -176,7 +200,12 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         self._save_record(
             opts.namespace,
             request.app_id,
-            {"kubeconfig": opts.kubeconfig, "context": opts.context, "flavor": opts.flavor.value},
+            {
+                "kubeconfig": opts.kubeconfig,
+                "context": opts.context,
+                "flavor": opts.flavor.value,
+                "job_dir": opts.job_dir,
+            },
         )
         return f"{opts.namespace}:{request.app_id}"
 

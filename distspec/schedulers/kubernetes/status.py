@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from distspec.schedulers._common import signal_name, torchrun_root_cause
 from distspec.schedulers.kubernetes.names import (
     COMPLETION_INDEX_ANNOTATION,
     REPLICA_OFFSET_ANNOTATION,
@@ -16,6 +15,7 @@ from distspec.schedulers.kubernetes.names import (
 )
 from distspec.schedulers.kubernetes.options import Flavor
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
+from distspec.torchrun_output import signal_name, torchrun_root_cause
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
