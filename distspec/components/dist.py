@@ -140,8 +140,12 @@ def _shared_args(component: _Component) -> _Component:
     lines = (component.__doc__ or "").splitlines()
     at = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), len(lines))
     head, args = lines[:at], lines[at + 1 :]
-    pad = lines[at][: -len("Args:")] if args else "    "
+    # the indentation of the Args: line; without one, the body's (none in Python 3.13+)
+    indented = lines[at : at + 1] or [line for line in lines[1:] if line.strip()]
+    pad = min((line[: len(line) - len(line.lstrip())] for line in indented), key=len, default="")
     own = _entries(args, len(pad) + 4)
+    if not args:  # a new Args: section, after a blank line
+        head = [*"\n".join(head).rstrip().splitlines(), ""]
     where = f"{component.__module__}.{component.__qualname__}"
     if stray := own.keys() - set(names):
         raise TypeError(f"{where}: the docstring documents no parameter {sorted(stray)}")

@@ -129,7 +129,18 @@ def test_shared_args_adds_an_args_section() -> None:
         """Summary."""
         raise NotImplementedError
 
-    assert _docs(dist._shared_args(component).__doc__ or "") == {"tee": SHARED["tee"]}
+    def described(tee: int = 3) -> AppDef:
+        """Summary.
+
+        Description.
+        """
+        raise NotImplementedError
+
+    for fn in (component, described):
+        doc = dist._shared_args(fn).__doc__ or ""
+        assert _docs(doc) == {"tee": SHARED["tee"]}
+        assert help_text(Component.of("c", fn)).count("torchrun's --tee") == 1
+    assert "Description." in (described.__doc__ or "")
 
 
 def test_a_parameter_without_help_or_help_without_a_parameter_is_refused() -> None:
