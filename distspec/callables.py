@@ -701,6 +701,7 @@ def _check_settings(
     ArgumentError (TopologyError for a ``j`` string that does not parse), naming it."""
     from distspec import _arguments as check
     from distspec.components import fn as fnc
+    from distspec.specs.groups import groups_problem
     from distspec.specs.options import did_you_mean
     from distspec.specs.topology import Topology
 
@@ -724,7 +725,7 @@ def _check_settings(
                 for k, r in enumerate(members)
             )
         )
-    if problem := fnc.groups_problem(ranks, topology):
+    if problem := groups_problem(ranks, topology):
         check.fail(where, "groups", groups, problem)
     given = check.mapping(options, where, "options")
     known = _fn_params()
@@ -915,7 +916,8 @@ def _compile(fn: Any, args: Any, kwargs: Any, *, where: str, **settings: Any) ->
     kwargs = check.mapping(kwargs, where, "kwargs")
     s = _check_settings(where, **settings)
     from distspec.components.fn import fn as fn_component
-    from distspec.components.fn import format_groups, job_name
+    from distspec.components.fn import job_name
+    from distspec.specs.groups import format_groups
 
     runner = s["runner"]
     if runner is None:

@@ -86,14 +86,15 @@ def plan_from_args(
     """The plan for parsed ``args`` in ``environ``; ``inject`` passes test doubles
     (``which``, ``read_hostfile``, ``python``, ``torchrun``) to ``plan_launch``."""
     from distspec.errors import UsageError
-    from distspec.runtime.launch import Launcher, parse_j, plan_launch
+    from distspec.runtime.launch import Launcher, plan_launch
+    from distspec.specs.topology import parse_launch_j
 
     command = _command(args)
     nnodes, nproc = args.nnodes, args.nproc_per_node
     if args.j is not None:
         if nnodes is not None or nproc is not None:
             raise UsageError("give -j or --nnodes/--nproc-per-node, not both")
-        nnodes, nproc = parse_j(args.j)
+        nnodes, nproc = parse_launch_j(args.j)
     return plan_launch(
         command,
         environ,

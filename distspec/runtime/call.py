@@ -241,8 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             fn, fn_args, kwargs = _load_payload(job_dir, args.payload_wait)
         phase = "init"
-        from distspec.components.fn import parse_groups
         from distspec.runtime import init
+        from distspec.specs.groups import parse_groups
 
         groups = parse_groups(args.groups) if args.groups else ()
         with init(

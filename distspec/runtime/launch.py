@@ -73,7 +73,6 @@ __all__ = [
     "command_argv",
     "compile_filters",
     "find_allocation",
-    "parse_j",
     "plan_launch",
     "run_plan",
 ]
@@ -326,30 +325,6 @@ def find_allocation(
 
 # ---------------------------------------------------------------------------
 # 2. the command
-
-
-def parse_j(text: str) -> tuple[int | None, int]:
-    """``-j`` for launch: ``NxM``, ``xM`` (every host, M each) or ``M`` (one host).
-
-    Returns:
-        (hosts or None for every host, processes per host).
-
-    Raises:
-        TopologyError: not one of these forms, or an elastic ``MIN:MAX``.
-    """
-    from distspec.errors import TopologyError
-
-    stripped = text.strip()
-    if stripped.startswith("x"):
-        try:
-            topology = Topology.parse("1" + stripped)
-        except TopologyError as e:
-            raise TopologyError(text, e.reason) from None
-        return None, topology.nproc_per_node
-    topology = Topology.parse(stripped)
-    if topology.min_nodes is not None:
-        raise TopologyError(text, "launch runs inside a fixed allocation; MIN:MAX is not used")
-    return topology.nodes, topology.nproc_per_node
 
 
 def command_argv(command: Sequence[str], python: str) -> list[str]:

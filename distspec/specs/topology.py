@@ -1,11 +1,27 @@
-"""``-j [MIN:]NxM`` — how many nodes, and how many processes on each."""
+"""``-j [MIN:]NxM`` — how many nodes, and how many processes on each.
+
+Every ``-j`` is parsed here: :meth:`Topology.parse` reads ``[MIN:]NxM`` and ``M``;
+its dialects call it: :func:`parse_component_j` (what a bare ``-j N`` means to
+``dist.ddp``, ``dist.spmd``, ``dist.torchrun`` and ``dist.fn``, :class:`BareJ`) and
+:func:`parse_launch_j` (``distspec launch``'s ``[N]xM``, where ``xM`` is every host).
+The Python API's ``j=`` is :meth:`Topology.parse` itself.
+"""
 
 from __future__ import annotations
 
-from distspec.errors import TopologyError
+import enum
+
+from distspec.errors import ComponentError, TopologyError
 from distspec.specs.frozen import frozen
 
-__all__ = ["MAX_NODES", "MAX_NPROC_PER_NODE", "Topology"]
+__all__ = [
+    "MAX_NODES",
+    "MAX_NPROC_PER_NODE",
+    "BareJ",
+    "Topology",
+    "parse_component_j",
+    "parse_launch_j",
+]
 
 #: Ceilings that catch a typo before it becomes a plan: more nodes than the largest
 #: machines have (about 10,000 today), more processes per node than cores on any host.
@@ -94,3 +110,65 @@ class Topology:
 
     def __str__(self) -> str:
         return self.format()
+
+
+class BareJ(enum.Enum):
+    """What a bare ``-j N`` (no ``x``) means to a component."""
+
+    PROCESSES = "N processes on one node"  # TorchX's dist.ddp
+    NODES = "N nodes, one process per GPU"  # TorchX's dist.spmd
+    NODES_WITH_H = "N nodes with -h, else N processes on one node"  # TorchX's dist.torchrun
+
+
+def parse_component_j(j: str, bare_j: BareJ, *, gpus: int, h: str | None) -> Topology:
+    """Parse ``-j`` as a component means it (see :class:`BareJ`), for nodes of
+    ``gpus`` GPUs each, named ``-h h`` when it was given.
+
+    Raises:
+        ComponentError: a bare ``MIN:MAX``, or nodes counted by GPUs that have none.
+        TopologyError: as :meth:`Topology.parse`.
+    """
+    bare = "x" not in j
+    if bare_j is BareJ.PROCESSES or (bare_j is BareJ.NODES_WITH_H and not h):
+        if bare and ":" in j:
+            raise ComponentError(
+                f"-j {j}: an elastic MIN:MAX needs xM, the processes per node (-j {j}x1)"
+            )
+        return Topology.parse(j)
+    if bare_j is BareJ.NODES and not gpus:
+        on = f"-h {h} has" if h else "the nodes have"
+        raise ComponentError(
+            f"dist.spmd runs one process per GPU, but {on} no GPU (TorchX's dist.spmd "
+            "defaults to -h gpu.small); give -h NAME or --gpu N, or run CPU processes "
+            f"with dist.ddp -j {j if not bare else j + 'xM'}"
+        )
+    if bare and not gpus:
+        on = f"-h {h} has" if h else "the nodes have"
+        raise ComponentError(
+            f"-j {j} counts nodes of one process per GPU, but {on} no GPU; "
+            f"give -j {j}xM (M processes per node), or GPUs with -h or --gpu"
+        )
+    return Topology.parse(j, gpus_per_node=gpus or None)
+
+
+def parse_launch_j(text: str) -> tuple[int | None, int]:
+    """``-j`` for ``distspec launch``: ``NxM``, ``xM`` (every host, M each) or ``M``
+    (one host).
+
+    Returns:
+        (hosts or None for every host, processes per host).
+
+    Raises:
+        TopologyError: not one of these forms, or an elastic ``MIN:MAX``.
+    """
+    stripped = text.strip()
+    if stripped.startswith("x"):
+        try:
+            topology = Topology.parse("1" + stripped)
+        except TopologyError as e:
+            raise TopologyError(text, e.reason) from None
+        return None, topology.nproc_per_node
+    topology = Topology.parse(stripped)
+    if topology.min_nodes is not None:
+        raise TopologyError(text, "launch runs inside a fixed allocation; MIN:MAX is not used")
+    return topology.nodes, topology.nproc_per_node

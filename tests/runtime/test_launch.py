@@ -22,13 +22,12 @@ import pytest
 
 from distspec.cli.launch import plan_from_args
 from distspec.cli.main import build_parser
-from distspec.errors import RuntimeEnvError, TopologyError, UsageError
+from distspec.errors import RuntimeEnvError, UsageError
 from distspec.runtime.launch import (
     Method,
     Where,
     command_argv,
     find_allocation,
-    parse_j,
     plan_launch,
 )
 
@@ -154,15 +153,6 @@ def test_a_py_command_gets_the_interpreter() -> None:
     assert command_argv(["python", "train.py"], "/py") == ["python", "train.py"]
     with pytest.raises(UsageError, match="no command"):
         command_argv([], "/py")
-
-
-def test_parse_j() -> None:
-    assert parse_j("2x4") == (2, 4)
-    assert parse_j("x4") == (None, 4)
-    assert parse_j("3") == (1, 3)
-    for bad in ("1:2x4", "2x", "abc", "0x2", "x", "x0"):
-        with pytest.raises(TopologyError):
-            parse_j(bad)
 
 
 def test_more_nodes_than_the_allocation_names_both_numbers() -> None:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distspec.errors import TopologyError, UsageError
-from distspec.specs.topology import Topology
+from distspec.errors import ComponentError, TopologyError, UsageError
+from distspec.specs.topology import BareJ, Topology, parse_component_j, parse_launch_j
 
 
 @pytest.mark.parametrize(
@@ -113,3 +113,58 @@ def test_absurd_sizes_are_refused_at_once(text: str, reason: str) -> None:
     with pytest.raises(TopologyError, match=reason):
         Topology.parse(text)
     assert Topology.parse("65536x1024").world_size == 65536 * 1024
+
+
+def test_parse_launch_j() -> None:
+    assert parse_launch_j("2x4") == (2, 4)
+    assert parse_launch_j("x4") == (None, 4)
+    assert parse_launch_j("3") == (1, 3)
+    for bad in ("1:2x4", "2x", "abc", "0x2", "x", "x0"):
+        with pytest.raises(TopologyError):
+            parse_launch_j(bad)
+
+
+@pytest.mark.parametrize(
+    ("j", "bare_j", "gpus", "h", "expected"),
+    [
+        ("4", BareJ.PROCESSES, 8, "gpu.large", "1x4"),
+        ("2", BareJ.NODES, 8, None, "2x8"),
+        ("2", BareJ.NODES_WITH_H, 8, "gpu.large", "2x8"),
+        ("2", BareJ.NODES_WITH_H, 0, None, "1x2"),
+        ("1:2x4", BareJ.NODES, 8, None, "1:2x4"),
+    ],
+)
+def test_parse_component_j(j: str, bare_j: BareJ, gpus: int, h: str | None, expected: str) -> None:
+    assert parse_component_j(j, bare_j, gpus=gpus, h=h).format() == expected
+
+
+@pytest.mark.parametrize(
+    ("j", "bare_j", "h", "message"),
+    [
+        (
+            "1:2",
+            BareJ.PROCESSES,
+            None,
+            "-j 1:2: an elastic MIN:MAX needs xM, the processes per node (-j 1:2x1)",
+        ),
+        (
+            "2",
+            BareJ.NODES,
+            "cpu.small",
+            "dist.spmd runs one process per GPU, but -h cpu.small has no GPU (TorchX's "
+            "dist.spmd defaults to -h gpu.small); give -h NAME or --gpu N, or run CPU "
+            "processes with dist.ddp -j 2xM",
+        ),
+        (
+            "2",
+            BareJ.NODES_WITH_H,
+            "cpu.small",
+            "-j 2 counts nodes of one process per GPU, but -h cpu.small has no GPU; "
+            "give -j 2xM (M processes per node), or GPUs with -h or --gpu",
+        ),
+    ],
+)
+def test_parse_component_j_refuses(j: str, bare_j: BareJ, h: str | None, message: str) -> None:
+    with pytest.raises(ComponentError) as err:
+        parse_component_j(j, bare_j, gpus=0, h=h)
+    assert str(err.value) == message
