@@ -23,13 +23,16 @@ def lazy_getattr(package: str, where: Mapping[str, str]) -> Callable[[str], Any]
 
         __getattr__ = lazy_getattr(__name__, {"SlurmScheduler": "scheduler"})
 
-    (with the same names imported under ``TYPE_CHECKING``, for type checkers).
+    (with the same names imported under ``TYPE_CHECKING``, for type checkers). A plain
+    module name is one of the package's own; a dotted one (``distspec.specs.degrees``)
+    is imported as written.
     """
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(f"{package}.{module}"), name)
+        full = module if "." in module else f"{package}.{module}"
+        return getattr(importlib.import_module(full), name)
 
     return __getattr__

@@ -18,8 +18,9 @@ Never imported by the CLI's compile path; torch is imported only inside :func:`i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from distspec._lazy import lazy_getattr
 from distspec.errors import RuntimeEnvError
 
 if TYPE_CHECKING:
@@ -51,11 +52,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy, so `from distspec.runtime import detect` does not import torch.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'distspec.runtime' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+# Lazy, so `from distspec.runtime import detect` does not import torch.
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -133,13 +133,16 @@ class JobPaths:
     """
 
     folder: str
-    #: A replica's log, relative to ``folder``, with ``{role}`` and ``{replica}``.
-    log_pattern: str = "{role}-{replica}.log"
+    #: A replica's log, relative to ``folder``, with ``{role}`` and ``{replica}``; None
+    #: where the logs are not files there (Kubernetes: the API server keeps them).
+    log_pattern: str | None = "{role}-{replica}.log"
     #: The batch script's own output (Slurm's ``--output``, PBS's ``-o``), if any.
     script_output: str | None = None
 
-    def replica_log(self, role: str, replica: int) -> str:
-        """The path (or URL) of one replica's log."""
+    def replica_log(self, role: str, replica: int) -> str | None:
+        """The path (or URL) of one replica's log, or None (see :attr:`log_pattern`)."""
+        if self.log_pattern is None:
+            return None
         name = self.log_pattern.format(role=role, replica=replica)
         return f"{self.folder.rstrip('/')}/{name}"
 

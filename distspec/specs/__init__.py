@@ -5,12 +5,10 @@ Names are imported on first use, so a dry run pays only for the modules it touch
 
 from __future__ import annotations
 
-import importlib
+from distspec._lazy import lazy_getattr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from distspec.specs.app import AppDef, Resource, RetryPolicy, Role
     from distspec.specs.frozen import FrozenDict, frozendict
     from distspec.specs.handles import AppHandle
@@ -60,8 +58,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'distspec.specs' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"distspec.specs.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

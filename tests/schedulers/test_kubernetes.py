@@ -499,7 +499,7 @@ def test_dryrun_output_is_kubectl_ready(sched: KubernetesScheduler) -> None:
 def test_job_paths_of_a_request_with_a_job_dir(sched: KubernetesScheduler, job_dir: str) -> None:
     request = compile_(sched, ddp(2, 8), job_dir=job_dir)
     paths = sched.job_paths(f"default:{APP_ID}", request)
-    assert paths == JobPaths(folder=f"s3://bucket/prefix/{APP_ID}")
+    assert paths == JobPaths(folder=f"s3://bucket/prefix/{APP_ID}", log_pattern=None)
     # The folder the pods see as $DISTSPEC_JOB_DIR.
     (job,) = [d for d in docs_of(request) if d["kind"] == "Job"]
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -103,7 +103,7 @@ def test_job_paths_from_the_record_submit_keeps(
     sched: KubernetesScheduler, api: FakeApiServer, tmp_path: Path
 ) -> None:
     app_id = sched.submit(compile_(sched, job_dir="gs://bucket/jobs/"))
-    want = JobPaths(folder="gs://bucket/jobs/ddp-1a2b3c4d")
+    want = JobPaths(folder="gs://bucket/jobs/ddp-1a2b3c4d", log_pattern=None)
     assert sched.job_paths(app_id) == want
     # Another process with the same state dir (distspec status, Job.from_handle).
     fresh = KubernetesScheduler("test", state_dir=tmp_path / "state")

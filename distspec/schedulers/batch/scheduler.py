@@ -372,7 +372,7 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
             )
         from pathlib import Path
 
-        path = Path(paths.replica_log(role, replica))
+        path = Path(paths.folder, log_file_name(role, replica))
         return read_log_lines(path, follow=follow, ended=lambda: self._ended(job_id))
 
     def _ended(self, job_id: str) -> bool:

@@ -22,28 +22,22 @@ string.
 
 from __future__ import annotations
 
-import importlib
+from distspec._lazy import lazy_getattr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from distspec.schedulers.kubernetes.manifest import render_yaml
     from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
     from distspec.schedulers.kubernetes.scheduler import KubernetesScheduler
 
 __all__ = ["Flavor", "KubernetesOptions", "KubernetesScheduler", "render_yaml"]
 
-_WHERE = {
-    "Flavor": "options",
-    "KubernetesOptions": "options",
-    "KubernetesScheduler": "scheduler",
-    "render_yaml": "manifest",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "Flavor": "options",
+        "KubernetesOptions": "options",
+        "KubernetesScheduler": "scheduler",
+        "render_yaml": "manifest",
+    },
+)

@@ -145,7 +145,7 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             job_dir = self._record(ns or "default", kid).get("job_dir")
         if not job_dir:
             return None
-        return JobPaths(folder=f"{str(job_dir).rstrip('/')}/{kid}")
+        return JobPaths(folder=f"{str(job_dir).rstrip('/')}/{kid}", log_pattern=None)
 
     # -- connection ------------------------------------------------------------
 
