@@ -52,7 +52,7 @@ def cli(
 
 def marked(app_id: str) -> list[int]:
     """Live pids whose environment carries the run's DISTSPEC_APP_ID."""
-    from distspec.schedulers.local.supervisor import is_alive
+    from distspec.schedulers.local.processes import is_alive
 
     marker = f"DISTSPEC_APP_ID={app_id}".encode()
     found = []
@@ -132,7 +132,7 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
     first = read_state(run)
     command_pid = until(lambda: read_state(run)["roles"][0]["replicas"][0]["pid"], "the command")
     supervisor = first["supervisor"]["pid"]
-    from distspec.schedulers.local.supervisor import is_alive
+    from distspec.schedulers.local.processes import is_alive
 
     if name == "cancel_readonly":
         subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
@@ -191,7 +191,7 @@ def _scenario(name: str, work: Path) -> dict[str, Any]:
 def _hangs(seen: dict[str, Any], state: Path, what: str) -> dict[str, Any]:
     """A command that hung: kill every run in ``state`` (their supervisors would retry
     for an hour) and say so."""
-    from distspec.schedulers.local.supervisor import hunt
+    from distspec.schedulers.local.processes import hunt
 
     for run in (state / "local_cwd").iterdir():
         hunt(run.name)
@@ -694,7 +694,7 @@ def test_a_run_without_a_record_is_listed_not_hidden(state_dir: Path, tmp_path: 
 def test_a_dead_supervisor_is_never_left_running(state_dir: Path, tmp_path: Path) -> None:
     """A record says RUNNING but its supervisor is gone, or its pid now belongs to
     another process (pid 1, started at another time): readers record a final state."""
-    from distspec.schedulers.local.supervisor import process_starttime
+    from distspec.schedulers.local.processes import process_starttime
 
     for pid, starttime in ((2**22 + 1, 1), (1, (process_starttime(1) or 0) + 1)):
         run = state_dir / "local_cwd" / f"app-{pid}"
@@ -780,7 +780,7 @@ def test_a_run_whose_first_record_cannot_be_written_does_not_start(
         assert answer.startswith(b"error: cannot write state.json: Is a directory"), answer
         until(lambda: marked(app_id) == [], "every process of the run to end", 20)
     finally:
-        from distspec.schedulers.local.supervisor import hunt
+        from distspec.schedulers.local.processes import hunt
 
         hunt(app_id)
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from distspec.schedulers.local.supervisor import read_json, write_json_atomic
+from distspec.schedulers.local.files import read_json, write_json_atomic
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

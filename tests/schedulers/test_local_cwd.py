@@ -14,13 +14,11 @@ import pytest
 
 from distspec.components.dist import ddp
 from distspec.errors import CompileError, UsageError
-from distspec.schedulers.local.scheduler import LocalOptions, LocalScheduler, _parse_log_line
-from distspec.schedulers.local.supervisor import (
-    STATE_FILE,
-    is_alive,
-    torchrun_root_cause,
-    write_json_atomic,
-)
+from distspec.schedulers.local.exits import torchrun_root_cause
+from distspec.schedulers.local.files import STATE_FILE, write_json_atomic
+from distspec.schedulers.local.logs import parse_log_line
+from distspec.schedulers.local.processes import is_alive
+from distspec.schedulers.local.scheduler import LocalOptions, LocalScheduler
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from distspec.specs.mounts import BindMount
 
@@ -230,10 +228,10 @@ def test_list_is_newest_first(tmp_path: Path) -> None:
 
 
 def test_log_records() -> None:
-    assert _parse_log_line(b"1700000000.250000 O hello world") == (1700000000.25, "hello world")
-    assert _parse_log_line(b"1.0 E ") == (1.0, "")
-    assert _parse_log_line(b"1.0 D distspec: restart 1") == (1.0, "distspec: restart 1")
-    assert _parse_log_line(b"garbage") is None
+    assert parse_log_line(b"1700000000.250000 O hello world") == (1700000000.25, "hello world")
+    assert parse_log_line(b"1.0 E ") == (1.0, "")
+    assert parse_log_line(b"1.0 D distspec: restart 1") == (1.0, "distspec: restart 1")
+    assert parse_log_line(b"garbage") is None
 
 
 def test_log_iter_since_and_order(tmp_path: Path) -> None:
@@ -308,7 +306,6 @@ def test_supervisor_starts_on_the_standard_library_alone() -> None:
         if line.startswith("import time:")
     }
     assert "json" in imported
-    assert "distspec.schedulers.local.supervisor" in imported
     heavy = {"torch", "site", "subprocess", "pathlib", "ctypes", "typing"} & imported
     assert not heavy, f"the supervisor imports {heavy}"
     # Of distspec: the packages on the way (their __init__ files import nothing heavy)
@@ -320,6 +317,16 @@ def test_supervisor_starts_on_the_standard_library_alone() -> None:
         "distspec.schedulers._registry",
         "distspec.schedulers.local",
     }
+    own = {
+        f"distspec.schedulers.local.{name}"
+        for name in ("exits", "files", "keeper", "processes", "replica", "supervisor")
+    }
     ours = {name for name in imported if name.split(".")[0] == "distspec"}
-    others = ours - on_the_way - {"distspec.schedulers.local.supervisor"}
-    assert not others, f"the supervisor imports {others}"
+    assert ours - on_the_way == own, f"the supervisor imports {ours - on_the_way - own}"
+
+
+def test_a_replica_entry_has_the_keys_the_reader_declares() -> None:
+    from distspec.schedulers.local.records import ReplicaRecord
+    from distspec.schedulers.local.replica import RECORD_KEYS
+
+    assert tuple(ReplicaRecord.__annotations__) == RECORD_KEYS

@@ -605,7 +605,7 @@ def test_wait_sees_a_killed_supervisor_through_the_fifo(
     try:
         status = _wait_in_thread(runner, handle, on_status=kill_once_waiting)
     finally:  # a failed wait must not leave the job behind
-        from distspec.schedulers.local.supervisor import hunt
+        from distspec.schedulers.local.processes import hunt
 
         hunt(app_id(str(handle)))
     assert status is not None and status.state is AppState.FAILED

@@ -77,7 +77,7 @@ def load_state(path: str, app_id: str, scheduler: str = "local_cwd") -> "StateRe
             f"the state of {app_id} ({path}) is unreadable: {why}", scheduler=scheduler
         )
 
-    from distspec.schedulers.local.supervisor import read_regular
+    from distspec.schedulers.local.files import read_regular
 
     try:
         # Never blocks on a FIFO nor reads /dev/zero or a huge file into memory.

@@ -5,7 +5,7 @@ detached supervisor, in the current directory (the default backend).
 argv with every macro substituted, the environment, the working directory and the
 log file names. ``submit`` creates the run directory
 ``<state dir>/local_cwd/<app id>/`` (mode 0700) and starts
-:mod:`distspec.schedulers.local.supervisor` fully detached on it; ``status``,
+:mod:`distspec.schedulers.local.supervisor` fully detached on it (:mod:`.launch`); ``status``,
 ``describe``, ``log``, ``cancel`` and ``list`` read that directory, so they work
 from any shell, also after the submitting CLI has exited. Every replica sees it as
 ``$DISTSPEC_JOB_DIR``.
@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from distspec.errors import SchedulerError, UsageError
-from distspec.schedulers._common import check_capabilities, log_file_name, submit_env
+from distspec.schedulers._common import check_capabilities, log_file_name
 from distspec.schedulers.api import (
     SCRIPT_METADATA,
     AppSummary,
@@ -38,17 +38,19 @@ from distspec.schedulers.api import (
     Request,
     Scheduler,
 )
+from distspec.schedulers.local.options import LocalOptions, default_state_dir
+from distspec.schedulers.local.status import TERMINAL
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import frozen, frozendict
+from distspec.specs.frozen import frozendict
 from distspec.specs.macros import Macro
-from distspec.specs.options import option
-from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 from distspec.torchrun import job_rdzv_port
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, ClassVar
+
+    from distspec.specs.state import AppState, AppStatus
 
 __all__ = ["LocalOptions", "LocalScheduler"]
 
@@ -64,50 +66,6 @@ LIVENESS_INTERVAL = 0.25
 #: How long ``cancel`` lets a supervisor whose replicas are all gone try to record the
 #: end (it retries every second) before it kills it and records the cancel itself.
 STUCK_AFTER = 2.5
-#: How long ``submit`` waits for the supervisor's first state before giving up.
-START_TIMEOUT = 60.0
-#: How often ``log --follow`` looks for new lines.
-FOLLOW_INTERVAL = 0.05
-#: How much of a log is read at once.
-LOG_CHUNK = 4 << 20
-
-
-@frozen
-class LocalOptions:
-    cwd: str | None = option(
-        None,
-        "Working directory of every replica (default: the role's image if it is set, "
-        "else the directory `distspec run` is started in).",
-    )
-    prepend_cwd: bool = option(False, "Put the working directory first on the replicas' PATH.")
-    grace_period: float = option(
-        10.0,
-        "Seconds between SIGTERM and SIGKILL when a job is cancelled or a failed "
-        "replica's siblings are stopped.",
-    )
-    auto_set_cuda_visible_devices: bool = option(
-        False,
-        "Give each replica its own GPUs: CUDA_VISIBLE_DEVICES counts up across "
-        "replicas by each role's resource.gpu.",
-    )
-    unbuffered: bool = option(
-        True,
-        "Set PYTHONUNBUFFERED=1 (unless the role sets it) so Python output reaches "
-        "the logs, and `distspec log -f`, as it is written.",
-    )
-
-
-def _default_state_dir() -> str:
-    explicit = os.environ.get("DISTSPEC_STATE_DIR")
-    if explicit:
-        return os.path.expanduser(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.environ.get("HOME") or os.path.expanduser("~"), ".local", "state"
-    )
-    return os.path.join(base, "distspec")
-
-
-_TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
 class LocalScheduler(Scheduler[LocalOptions]):
@@ -129,7 +87,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
         """``<state dir>/local_cwd``: one directory per run below it."""
         from pathlib import Path  # not at the top: a dry run never needs it
 
-        base = self._state_dir if self._state_dir is not None else _default_state_dir()
+        base = self._state_dir if self._state_dir is not None else default_state_dir()
         return Path(base) / self.name
 
     def run_dir(self, app_id: str) -> Path:
@@ -245,121 +203,16 @@ class LocalScheduler(Scheduler[LocalOptions]):
             SchedulerError: the run directory cannot be made or written (read-only or
                 full state directory), or the supervisor did not start; nothing is left.
         """
-        import signal
+        from distspec.schedulers.local.launch import submit_run
 
-        run_dir = self.run_dir(request.app_id)
-        # Ctrl-C is held back from just before the run directory exists until the
-        # clean-up below is in place (it is raised at the unblock, inside the try).
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.root.mkdir(mode=0o700, exist_ok=True)
-            run_dir.mkdir(mode=0o700)
-        except FileExistsError:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            raise SchedulerError(
-                f"run directory {run_dir} already exists", scheduler=self.name
-            ) from None
-        except OSError as e:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            raise SchedulerError(
-                f"cannot create the run directory {run_dir}: {e.strerror or e}",
-                scheduler=self.name,
-            ) from None
-        # From here on, a submit that does not complete (Ctrl-C at any moment, a full
-        # disk, a supervisor that did not start) leaves nothing: no run directory, no
-        # process. Once the supervisor said "ok", the run is submitted and followable.
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            return self._start(request, run_dir)
-        except OSError as e:
-            _undo_submit(request.app_id, run_dir)
-            raise SchedulerError(
-                f"cannot write the run directory {run_dir}: {e.strerror or e}",
-                scheduler=self.name,
-            ) from None
-        except BaseException:
-            _undo_submit(request.app_id, run_dir)
-            raise
-
-    def _start(self, request: Request, run_dir: Path) -> str:
-        import sys
-
-        from distspec.schedulers.local import supervisor as sup
-
-        (run_dir / "logs").mkdir(mode=0o700)
-        for name, text in request.files.items():
-            (run_dir / name).write_text(text)
-
-        # Replicas find the programs of the interpreter distspec runs in (its venv's
-        # torchrun), even when that venv is not activated; the user's PATH comes first.
-        env = submit_env(os.environ)
-        env[sup.APP_ID_ENV] = request.app_id
-        # The run directory is the job directory of Python callables (results go
-        # there); set here, not in the plan, as only submit knows where it is.
-        env["DISTSPEC_JOB_DIR"] = str(run_dir)
-        ready_r, ready_w = os.pipe()
-        argv = [
-            sys.executable,
-            "-I",  # isolated: no PYTHON* variables, no script or current dir on sys.path
-            "-S",  # no site: the supervisor needs only the standard library
-            "-c",
-            sup.SUPERVISOR_MAIN,
-            sup.PACKAGE_ROOT,
-            "--ready-fd",
-            str(ready_w),
-            "--cwd",
-            os.getcwd(),
-            str(run_dir),
-        ]
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        log = os.open(
-            run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666
-        )
-        try:
-            os.set_inheritable(ready_w, True)
-            # posix_spawn rather than subprocess (~5 ms of imports); the supervisor
-            # closes whatever other descriptors it inherits.
-            pid = os.posix_spawn(
-                sys.executable,
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, null, 0),
-                    (os.POSIX_SPAWN_DUP2, log, 1),
-                    (os.POSIX_SPAWN_DUP2, log, 2),
-                ],
-                setsid=True,
-            )
-            # The first process forks the supervisor and exits at once.
-            returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        finally:
-            os.close(ready_w)
-            os.close(null)
-            os.close(log)
-        with os.fdopen(ready_r, "rb") as ready:
-            answer = _read_with_timeout(ready, START_TIMEOUT)
-        if answer.startswith(b"error: "):
-            # The supervisor could not write the first state (a full disk): an OSError,
-            # so that submit reports it in one line and removes everything.
-            raise OSError(0, answer[7:].decode(errors="replace").strip())
-        if returncode != 0 or answer != b"ok\n":
-            log_text = (run_dir / "supervisor.log").read_text(errors="replace")
-            raise SchedulerError(
-                f"the supervisor of {request.app_id} did not start (see {run_dir}/supervisor.log)",
-                scheduler=self.name,
-                argv=argv,
-                returncode=returncode,
-                stderr=log_text,
-            )
-        return request.app_id
+        return submit_run(request, self.root, self.run_dir(request.app_id), self.name)
 
     def _read_state(self, app_id: str) -> dict[str, Any] | None:
         """``state.json`` validated against its declared shape
         (:class:`~distspec.schedulers.local.records.StateRecord`); None if absent.
         A truncated or malformed record raises SchedulerError (one line)."""
+        from distspec.schedulers.local.files import STATE_FILE
         from distspec.schedulers.local.records import load_state
-        from distspec.schedulers.local.supervisor import STATE_FILE
 
         data = load_state(str(self.run_dir(app_id) / STATE_FILE), app_id, self.name)
         return None if data is None else dict(data)
@@ -369,30 +222,31 @@ class LocalScheduler(Scheduler[LocalOptions]):
         the run goes on but its supervisor is gone."""
         import time
 
-        from distspec.schedulers.local import supervisor as sup
+        from distspec.schedulers.local.files import read_regular
+        from distspec.schedulers.local.processes import find_supervisor, hunt, is_alive
 
         data = self._read_state(app_id)
-        if data is None and sup.find_supervisor(app_id) is not None:
+        if data is None and find_supervisor(app_id) is not None:
             # The run directory was deleted under a live run: its supervisor creates
             # it again within a second (_STATE_RETRY); wait for that.
             deadline = time.monotonic() + 5.0
             while data is None and time.monotonic() < deadline:
                 time.sleep(WAIT_INTERVAL * 10)
                 data = self._read_state(app_id)
-        if data is None or data["state"] in _TERMINAL:
+        if data is None or data["state"] in TERMINAL:
             return data
         info = data.get("supervisor", {})
-        if sup.is_alive(int(info.get("pid", 0)), info.get("starttime")):
+        if is_alive(int(info.get("pid", 0)), info.get("starttime")):
             return data
         # The supervisor died (SIGKILL, OOM killer...). Its keepers kill their trees on
         # its death; make sure, then record the truth so every later reader sees it.
         data = self._read_state(app_id) or data
-        if data["state"] in _TERMINAL:  # it finished between the two reads
+        if data["state"] in TERMINAL:  # it finished between the two reads
             return data
-        sup.hunt(app_id)
+        hunt(app_id)
         msg = "supervisor died"
         try:  # a crash (not a SIGKILL) leaves its traceback here, a failed write its error
-            said = sup.read_regular(
+            said = read_regular(
                 str(self.run_dir(app_id) / "supervisor.log"), 16384, tail=True
             ).decode(errors="replace")
         except OSError:
@@ -410,7 +264,13 @@ class LocalScheduler(Scheduler[LocalOptions]):
         the next reader tries again). A full disk gets the supervisor's reserve."""
         import time
 
-        from distspec.schedulers.local import supervisor as sup
+        from distspec.schedulers.local.files import (
+            STATE_FILE,
+            no_space,
+            os_error_text,
+            release_reserve,
+            write_json_atomic,
+        )
 
         now = time.time()
         data["state"] = state
@@ -418,31 +278,33 @@ class LocalScheduler(Scheduler[LocalOptions]):
         data["ended"] = now
         for role in data["roles"]:
             for rep in role["replicas"]:
-                if rep["state"] not in _TERMINAL:
+                if rep["state"] not in TERMINAL:
                     rep["state"] = state
                     rep["reason"] = reason
                     rep["ended"] = now
         run_dir = str(self.run_dir(app_id))
         for _ in range(2):
             try:
-                sup.write_json_atomic(os.path.join(run_dir, sup.STATE_FILE), data)
-                sup.release_reserve(run_dir)
+                write_json_atomic(os.path.join(run_dir, STATE_FILE), data)
+                release_reserve(run_dir)
                 return ""
             except OSError as e:
-                error = f"cannot write {sup.STATE_FILE}: {sup.os_error_text(e)}"
-                if not (sup.no_space(e) and sup.release_reserve(run_dir)):
+                error = f"cannot write {STATE_FILE}: {os_error_text(e)}"
+                if not (no_space(e) and release_reserve(run_dir)):
                     break
         return error
 
     def describe(self, app_id: str) -> AppStatus | None:
+        from distspec.schedulers.local.status import role_commands, to_status
+
         data = self._checked_state(app_id)
         if data is None:
             return None
         run_dir = self.run_dir(app_id)
         commands = self._commands.get(app_id)
         if commands is None:
-            commands = self._commands[app_id] = _role_commands(run_dir)
-        return _to_status(data, str(run_dir), commands)
+            commands = self._commands[app_id] = role_commands(run_dir)
+        return to_status(data, str(run_dir), commands)
 
     def wait(
         self,
@@ -461,7 +323,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
         import select
         import time
 
-        from distspec.schedulers.local.supervisor import ALIVE_FIFO, STATE_FILE
+        from distspec.schedulers.local.files import ALIVE_FIFO, STATE_FILE, open_alive
 
         run_dir = self.run_dir(app_id)
         path = run_dir / STATE_FILE
@@ -469,7 +331,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
         last_key: tuple[int, int] | None = None
         last_check = 0.0
         status: AppStatus | None = None
-        alive = _open_alive(run_dir / ALIVE_FIFO)
+        alive = open_alive(run_dir / ALIVE_FIFO)
         hung_up = False
         poller = select.poll()
         if alive is not None:
@@ -519,100 +381,32 @@ class LocalScheduler(Scheduler[LocalOptions]):
         """Lines of ``logs/<role>-<replica>.log`` (stdout and stderr in the order they
         arrived, plus the supervisor's ``distspec:`` notes on each attempt). With
         ``follow``, ends once the replica is terminal and its log is drained."""
-        import select
+        from distspec.schedulers.local.files import ALIVE_FIFO
+        from distspec.schedulers.local.logs import log_lines, read_chunk
 
-        from distspec.schedulers.local.supervisor import ALIVE_FIFO
-
-        path = self.run_dir(app_id) / "logs" / log_file_name(role, replica, "log")
+        run_dir = self.run_dir(app_id)
+        path = run_dir / "logs" / log_file_name(role, replica, "log")
         if self._read_state(app_id) is None:
             return
-        # While following, pause on the supervisor's alive.fifo rather than sleeping:
-        # its hang-up at the end of the run wakes the reader at once for its last read.
-        alive = _open_alive(self.run_dir(app_id) / ALIVE_FIFO) if follow else None
-        poller = select.poll()
-        if alive is not None:
-            poller.register(alive, select.POLLIN)
-        try:
-            yield from self._follow_file(app_id, role, replica, path, since, follow, alive, poller)
-        finally:
-            if alive is not None:
-                os.close(alive)
-
-    def _follow_file(
-        self,
-        app_id: str,
-        role: str,
-        replica: int,
-        path: Path,
-        since: float | None,
-        follow: bool,
-        alive: int | None,
-        poller: Any,
-    ) -> Iterator[str]:
-        import time
-
-        pending = b""
-        pos = 0
-        while True:
-            # Read the state before the file: lines written before a terminal state
-            # are then certain to be read below.
-            done = not follow or self._replica_done(app_id, role, replica)
-            while True:  # in bounded pieces: a log may be larger than memory
-                chunk = self._read_log(app_id, path, pos)
-                pos += len(chunk)
-                *lines, pending = (pending + chunk).split(b"\n")
-                for raw in lines:
-                    parsed = _parse_log_line(raw)
-                    if parsed is not None and (since is None or parsed[0] >= since):
-                        yield parsed[1]
-                if len(pending) > LOG_CHUNK:  # no line ends in sight: not a log
-                    pending = b""
-                if len(chunk) < LOG_CHUNK:
-                    break
-            if done:
-                return
-            if alive is None:
-                time.sleep(FOLLOW_INTERVAL)
-            elif poller.poll(FOLLOW_INTERVAL * 1000):
-                poller.unregister(alive)  # hung up: the run has ended (or its supervisor)
-                alive = None
-
-    def _read_log(self, app_id: str, path: Path, pos: int) -> bytes:
-        """Up to :data:`LOG_CHUNK` bytes of the log at ``path`` from ``pos`` (b'' when
-        it does not exist yet); a FIFO or a device there is an error, not a hang."""
-        from distspec.schedulers.local.supervisor import not_regular, os_error_text
-
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return b""
-        except OSError as e:
-            raise SchedulerError(
-                f"the log of {app_id} ({path}) is unreadable: {os_error_text(e)}",
-                scheduler=self.name,
-            ) from None
-        try:
-            problem = not_regular(os.fstat(fd).st_mode)
-            if problem is not None:
-                raise SchedulerError(
-                    f"the log of {app_id} ({path}) is unreadable: {problem.strerror}",
-                    scheduler=self.name,
-                )
-            return os.pread(fd, LOG_CHUNK, pos)
-        finally:
-            os.close(fd)
+        yield from log_lines(
+            path,
+            read=lambda pos: read_chunk(path, pos, app_id, self.name),
+            since=since,
+            done=(lambda: self._replica_done(app_id, role, replica)) if follow else None,
+            alive_fifo=run_dir / ALIVE_FIFO if follow else None,
+        )
 
     def _replica_done(self, app_id: str, role: str, replica: int) -> bool:
         data = self._checked_state(app_id)
         if data is None:
             return True
-        if data["state"] in _TERMINAL:
+        if data["state"] in TERMINAL:
             return True
         for r in data["roles"]:
             if r["role"] == role:
                 for rep in r["replicas"]:
                     if rep["id"] == replica:
-                        return bool(rep["state"] in _TERMINAL)
+                        return bool(rep["state"] in TERMINAL)
         return True
 
     def cancel(self, app_id: str) -> None:
@@ -630,31 +424,37 @@ class LocalScheduler(Scheduler[LocalOptions]):
         import signal
         import time
 
-        from distspec.schedulers.local import supervisor as sup
+        from distspec.schedulers.local.files import PLAN_FILE, read_json
+        from distspec.schedulers.local.processes import (
+            find_supervisor,
+            hunt,
+            is_alive,
+            process_starttime,
+        )
 
         try:
             data = self._checked_state(app_id)
             unreadable: SchedulerError | None = None
         except SchedulerError as e:
             data, unreadable = None, e
-        if data is not None and data["state"] in _TERMINAL:
+        if data is not None and data["state"] in TERMINAL:
             return
         if data is not None:
             info = data["supervisor"]
             pid, starttime = int(info["pid"]), info.get("starttime")
         else:
-            found = sup.find_supervisor(app_id)
+            found = find_supervisor(app_id)
             if found is None:
                 if unreadable is not None:
                     raise unreadable
                 return
-            pid, starttime = found, sup.process_starttime(found)
+            pid, starttime = found, process_starttime(found)
         try:
-            plan = sup.read_json(str(self.run_dir(app_id) / "plan.json"))
+            plan = read_json(str(self.run_dir(app_id) / PLAN_FILE))
             grace = float(plan.get("options", {}).get("grace_period", 10.0))
         except (OSError, ValueError, AttributeError):
             grace = 10.0
-        if sup.is_alive(pid, starttime):
+        if is_alive(pid, starttime):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace + 10.0
         alone_since: float | None = None
@@ -662,10 +462,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
         while time.monotonic() < deadline:
             try:
                 now = self._checked_state(app_id)
-                ended = now is None or now["state"] in _TERMINAL
+                ended = now is None or now["state"] in TERMINAL
             except SchedulerError:
                 ended = True  # unreadable: the supervisor's exit is what counts
-            alive = sup.is_alive(pid, starttime)
+            alive = is_alive(pid, starttime)
             if ended and not alive:
                 return
             moment = time.monotonic()
@@ -673,7 +473,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
                 # Every other process of the run is gone but the record is not final:
                 # the supervisor cannot write it (read-only or unwritable run dir).
                 look = moment + LIVENESS_INTERVAL
-                if set(sup.hunt(app_id, sig=0)) <= {pid}:
+                if set(hunt(app_id, sig=0)) <= {pid}:
                     alone_since = alone_since if alone_since is not None else moment
                     if moment - alone_since >= STUCK_AFTER:
                         break
@@ -682,13 +482,13 @@ class LocalScheduler(Scheduler[LocalOptions]):
             time.sleep(WAIT_INTERVAL)
         # A supervisor that cannot record the end, or does not respond: kill it (its
         # keepers kill their trees on its death), make sure, and record the cancel here.
-        if sup.is_alive(pid, starttime):
+        if is_alive(pid, starttime):
             os.kill(pid, signal.SIGKILL)
         for _ in range(200):
-            if not sup.is_alive(pid, starttime):
+            if not is_alive(pid, starttime):
                 break
             time.sleep(0.01)
-        sup.hunt(app_id)
+        hunt(app_id)
         try:
             data = self._read_state(app_id)
         except SchedulerError as e:
@@ -696,7 +496,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
                 f"stopped every process of {app_id}, but could not record the cancel: {e}",
                 scheduler=self.name,
             ) from None
-        if data is None or data["state"] in _TERMINAL:
+        if data is None or data["state"] in TERMINAL:
             return
         error = self._record_end(
             app_id, data, "CANCELLED", "cancel requested (recorded by cancel)", "cancelled"
@@ -711,6 +511,12 @@ class LocalScheduler(Scheduler[LocalOptions]):
     def list(self) -> list[AppSummary]:
         """Every run under the state dir, newest first. ``extra`` has ``submitted`` and,
         once it ended, ``ended`` (POSIX times as text)."""
+        from distspec.schedulers.local.status import (
+            record_summary,
+            recordless_summary,
+            unreadable_summary,
+        )
+
         try:
             names = os.listdir(self.root)
         except FileNotFoundError:
@@ -724,59 +530,18 @@ class LocalScheduler(Scheduler[LocalOptions]):
             except SchedulerError as e:
                 # Listed, not hidden: UNKNOWN, with why (and never pruned).
                 if os.path.isdir(self.root / name):
-                    found.append((0.0, self._unreadable_summary(name, e)))
+                    found.append((0.0, unreadable_summary(name, e)))
                 continue
             if data is None:
                 # A run directory without a record and without a supervisor (a submit
                 # killed before its clean-up): listed as UNKNOWN rather than hidden.
-                lost = self._recordless_summary(name)
+                lost = recordless_summary(self.root, name)
                 if lost is not None:
                     found.append((0.0, lost))
                 continue
-            created = float(data.get("created", 0.0))
-            extra = {"submitted": repr(created)}
-            if data.get("ended") is not None:
-                extra["ended"] = repr(float(data["ended"]))
-            found.append(
-                (
-                    created,
-                    AppSummary(
-                        app_id=name,
-                        name=str(data.get("app_name", "")),
-                        state=AppState(data["state"]),
-                        detail=str(data.get("msg", "")),
-                        extra=frozendict(extra),
-                    ),
-                )
-            )
+            found.append((float(data.get("created", 0.0)), record_summary(name, data)))
         found.sort(key=lambda item: item[0], reverse=True)
         return [summary for _, summary in found]
-
-    def _recordless_summary(self, name: str) -> AppSummary | None:
-        import time
-
-        try:
-            made = os.stat(self.root / name / "plan.json").st_mtime
-        except OSError:
-            return None  # not a run directory
-        if time.time() - made < START_TIMEOUT:
-            return None  # a submit may still be starting it
-        return AppSummary(
-            app_id=name,
-            name="",
-            state=AppState.UNKNOWN,
-            detail="no state.json: its supervisor never recorded one",
-            extra=frozendict({}),
-        )
-
-    def _unreadable_summary(self, name: str, error: SchedulerError) -> AppSummary:
-        return AppSummary(
-            app_id=name,
-            name="",
-            state=AppState.UNKNOWN,
-            detail="unreadable: " + str(error).partition("is unreadable: ")[2][:200],
-            extra=frozendict({}),
-        )
 
     def prune(
         self,
@@ -793,7 +558,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
         run that could not be deleted is passed to ``on_failure`` with the reason."""
         import time
 
-        from distspec.schedulers.local import supervisor as sup
+        from distspec.schedulers.local.processes import is_alive
 
         now = time.time()
         gone = []
@@ -810,7 +575,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
             # supervisor that wrote its final state is about to exit).
             data = self._read_state(summary.app_id) or {}
             info = data.get("supervisor", {})
-            if sup.is_alive(int(info.get("pid", 0) or 0), info.get("starttime")):
+            if is_alive(int(info.get("pid", 0) or 0), info.get("starttime")):
                 continue
             if not dry_run:
                 problem = _remove_tree(run_dir)
@@ -837,128 +602,3 @@ def _remove_tree(path: Path) -> str | None:
         if not os.path.lexists(path):
             return None
     return "it kept changing while being deleted"
-
-
-def _open_alive(path: Path) -> int | None:
-    """A read end of the supervisor's ``alive.fifo`` (without waiting for a writer),
-    or None if there is none to open."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
-
-
-def _read_with_timeout(stream: Any, timeout: float) -> bytes:
-    import select
-
-    fd = stream.fileno()
-    data = b""
-    while not data.endswith(b"\n"):
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if not ready:
-            break
-        chunk = os.read(fd, 64)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _parse_log_line(raw: bytes) -> tuple[float, str] | None:
-    stamp, _, rest = raw.partition(b" ")
-    tag, _, text = rest.partition(b" ")
-    try:
-        when = float(stamp)
-    except ValueError:
-        return None
-    if tag not in (b"O", b"E", b"D"):
-        return None
-    return when, text.decode("utf-8", "replace")
-
-
-def _role_commands(run_dir: Path) -> dict[str, str]:
-    """role -> the command its first replica runs, shell-quoted (from ``plan.json``)."""
-    import shlex
-
-    from distspec.schedulers.local.supervisor import read_json
-
-    try:
-        plan = read_json(str(run_dir / "plan.json"))
-        return {
-            role["name"]: shlex.join(role["replicas"][0]["argv"])
-            for role in plan.get("roles", ())
-            if role.get("replicas")
-        }
-    except (OSError, ValueError, LookupError, TypeError, AttributeError):
-        return {}  # the commands are a courtesy of `describe`
-
-
-def _to_status(
-    data: dict[str, Any], run_dir: str = "", commands: dict[str, str] | None = None
-) -> AppStatus:
-    roles = []
-    starts: list[float] = []
-    for role in data.get("roles", ()):
-        replicas = tuple(
-            ReplicaStatus(
-                role=role["role"],
-                id=int(rep["id"]),
-                state=AppState(rep["state"]),
-                hostname="localhost",
-                exit_code=rep.get("exit_code"),
-                reason=rep.get("reason", ""),
-                restarts=int(rep.get("restarts", 0)),
-                log=os.path.join(run_dir, "logs", log_file_name(role["role"], rep["id"], "log"))
-                if run_dir
-                else "",
-                started=rep.get("started"),
-                ended=rep.get("ended"),
-            )
-            for rep in role["replicas"]
-        )
-        starts.extend(r.started for r in replicas if r.started is not None)
-        roles.append(
-            RoleStatus(
-                role=role["role"], replicas=replicas, command=(commands or {}).get(role["role"], "")
-            )
-        )
-    return AppStatus(
-        state=AppState(data["state"]),
-        msg=data.get("msg", ""),
-        num_restarts=int(data.get("num_restarts", 0)),
-        roles=tuple(roles),
-        submitted=data.get("created"),
-        started=min(starts) if starts else None,
-        ended=data.get("ended"),
-        location=run_dir,
-        native_id=str(data.get("supervisor", {}).get("pid", "")),
-    )
-
-
-def _undo_submit(app_id: str, run_dir: Path) -> None:
-    """Kill whatever of ``app_id`` was started and delete its run directory, with
-    SIGINT blocked so a second Ctrl-C cannot interrupt the clean-up half-way."""
-    import shutil
-    import signal
-
-    from distspec.schedulers.local.supervisor import hunt
-
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        # A supervisor killed mid-fork may still have a keeper starting: hunt until
-        # nothing carries the run's marker (keepers die with their supervisor anyway).
-        for _ in range(50):
-            if not hunt(app_id):
-                break
-            import time
-
-            time.sleep(0.01)
-        shutil.rmtree(run_dir, ignore_errors=True)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
