@@ -342,21 +342,35 @@ class Scheduler(abc.ABC, Generic[OptsT]):
         timeout: float | None = None,
         on_status: Callable[[AppStatus], None] | None = None,
     ) -> AppStatus | None:
-        """Poll :meth:`describe` until a terminal state, with a short, growing interval.
+        """Call :meth:`describe` until a terminal state, pausing between two calls as
+        :meth:`_pauser` says (by default a short, growing sleep).
 
-        Backends that can be told when something changes override this.
-        Returns the last status (None if the app vanished); on timeout returns the
-        last non-terminal status.
+        Backends that can be told when something changes override :meth:`_pauser`
+        (or this, when following works another way). Returns the last status (None
+        if the app vanished); on timeout returns the last non-terminal status.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        interval = 0.05
+        pause = self._pauser(app_id)
         while True:
             status = self.describe(app_id)
             if on_status is not None and status is not None:
                 on_status(status)
             if status is None or status.is_terminal:
                 return status
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 return status
+            pause(left)
+
+    def _pauser(self, app_id: str) -> Callable[[float | None], None]:
+        """What :meth:`wait` calls between two describes of ``app_id``, with the seconds
+        left before its timeout (None: no timeout): here a sleep that grows by half
+        each time, from 0.05 s up to :attr:`max_poll_interval`."""
+        interval = 0.05
+
+        def pause(left: float | None) -> None:
+            nonlocal interval
             time.sleep(interval)
             interval = min(interval * 1.5, self.max_poll_interval)
+
+        return pause

@@ -409,31 +409,17 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
 
     # -- wait ------------------------------------------------------------------
 
-    def wait(
-        self,
-        app_id: str,
-        *,
-        timeout: float | None = None,
-        on_status: Callable[[AppStatus], None] | None = None,
-    ) -> AppStatus | None:
-        """Describe, then sleep on a watch of the app's pods until something changes.
-
-        A watch that expires (410 Gone) or drops is simply re-established from
-        a fresh describe; nothing is missed because the state is re-read.
-        """
+    def _pauser(self, app_id: str) -> Callable[[float | None], None]:
+        """Sleep on a watch of the app's objects until something changes (at most 10 s
+        or the time left). A watch that expires (410 Gone) or drops simply ends the
+        pause; nothing is missed because :meth:`wait` re-reads the state."""
         ns, kid, record, kube = self._locate(app_id)
         # A Job's status changes with each of its pods (active/failed counts) and
         # with its conditions; JobSet/Volcano pods are watched directly.
         gvr = JOBS if record.get("flavor", "job") == "job" else PODS
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.describe(app_id)
-            if on_status is not None and status is not None:
-                on_status(status)
-            if status is None or status.is_terminal:
-                return status
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return status
+
+        def pause(left: float | None) -> None:
             window = int(min(left if left is not None else 10.0, 10.0)) + 1
             kube.wait_for_event(gvr, ns, f"{APP_ID_LABEL}={kid}", window)
+
+        return pause
