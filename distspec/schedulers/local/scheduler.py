@@ -1,31 +1,16 @@
-"""``local_cwd``: run every replica on this machine, as a process group, under a
-detached supervisor, in the current directory (the default backend).
+"""``local_cwd``'s scheduler: :class:`LocalScheduler`, every replica on this machine
+under a detached supervisor.
 
-``compile`` turns an AppDef into a *plan* (``plan.json``): per replica the exact
-argv with every macro substituted, the environment, the working directory and the
-log file names. ``submit`` creates the run directory
-``<state dir>/local_cwd/<app id>/`` (mode 0700) and starts
-:mod:`distspec.schedulers.local.supervisor` fully detached on it (:mod:`.launch`); ``status``,
-``describe``, ``log``, ``cancel`` and ``list`` read that directory, so they work
-from any shell, also after the submitting CLI has exited. Every replica sees it as
-``$DISTSPEC_JOB_DIR``.
-
-Run directory::
-
-    appdef.json      the AppDef as submitted
-    plan.json        the compiled request (``distspec run --dryrun`` prints it)
-    state.json       the supervisor's view, replaced atomically on every change
-    supervisor.log   the supervisor's own stdout/stderr (empty unless it crashed)
-    alive.fifo       held open by the supervisor until the state is final (``wait``)
-    .reserve         space set aside until the final state is written (a full disk)
-    logs/<role>-<replica>.stdout / .stderr   what the replica wrote, byte for byte
-    logs/<role>-<replica>.log                both streams, one line per record:
-                                             ``<unix time> <O|E|D> <text>``
+``compile`` is :mod:`.plan`'s; ``submit`` creates the run directory
+``<state dir>/local_cwd/<app id>/`` (mode 0700) and starts the supervisor fully
+detached on it (:mod:`.launch`); ``status``, ``describe``, ``wait``, ``log``,
+``cancel``, ``list`` and ``prune`` read that directory, so they work from any shell,
+also after the submitting CLI has exited. A reader that finds the record of a run
+whose supervisor died records the truth (FAILED, "supervisor died").
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 
@@ -38,12 +23,12 @@ from distspec.schedulers.api import (
     Request,
     Scheduler,
 )
+from distspec.schedulers.local.files import PLAN_FILE
 from distspec.schedulers.local.options import LocalOptions, default_state_dir
+from distspec.schedulers.local.plan import BY_HAND, plan_files
 from distspec.schedulers.local.status import TERMINAL
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import frozendict
-from distspec.specs.macros import Macro
-from distspec.torchrun import job_rdzv_port
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,87 +83,17 @@ class LocalScheduler(Scheduler[LocalOptions]):
     # -- the pure half ------------------------------------------------------------
 
     def compile(self, app: AppDef, opts: LocalOptions, *, app_id: str) -> Request:
-        """The plan: every replica's argv, env, cwd and log files; macros substituted.
-
-        ``${rank0_host}`` is ``localhost``, ``${replica_id}`` the replica's index,
-        ``${img_root}`` the role's image (a directory here), else ``cwd``, else ``.``.
-        """
-        from distspec.specs import macros
-
+        """The plan (:mod:`.plan`): every replica's argv, env, cwd and log files, macros
+        substituted; ``--dryrun`` prints it, ``-o DIR`` runs it by hand in DIR."""
         check_capabilities(app, self.capabilities, self.name)
-        next_gpu = 0
-        roles = []
-        for role in app.roles:
-            replicas = []
-            cwd = opts.cwd or role.image or None
-            for i in range(role.num_replicas):
-                values = {
-                    Macro.APP_ID: app_id,
-                    Macro.REPLICA_ID: str(i),
-                    Macro.NUM_REPLICAS: str(role.num_replicas),
-                    Macro.RANK0_HOST: "localhost",
-                    Macro.RDZV_PORT: str(job_rdzv_port(app_id)),
-                    Macro.IMG_ROOT: role.image or opts.cwd or ".",
-                }
-                env = {k: macros.substitute(v, values) for k, v in role.env.items()}
-                if opts.unbuffered:
-                    env.setdefault("PYTHONUNBUFFERED", "1")
-                if opts.auto_set_cuda_visible_devices and role.resource.gpu > 0:
-                    gpus = range(next_gpu, next_gpu + role.resource.gpu)
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-                    next_gpu += role.resource.gpu
-                env.update(
-                    {
-                        "DISTSPEC_APP_ID": app_id,
-                        "DISTSPEC_ROLE_NAME": role.name,
-                        "DISTSPEC_REPLICA_ID": str(i),
-                    }
-                )
-                replicas.append(
-                    {
-                        "id": i,
-                        "argv": [
-                            macros.substitute(role.entrypoint, values),
-                            *(macros.substitute(a, values) for a in role.args),
-                        ],
-                        "env": env,
-                        "cwd": cwd,
-                        "prepend_cwd": opts.prepend_cwd,
-                        "stdout": f"logs/{log_file_name(role.name, i, 'stdout')}",
-                        "stderr": f"logs/{log_file_name(role.name, i, 'stderr')}",
-                        "log": f"logs/{log_file_name(role.name, i, 'log')}",
-                    }
-                )
-            roles.append(
-                {
-                    "name": role.name,
-                    "num_replicas": role.num_replicas,
-                    "max_retries": role.max_retries,
-                    "retry_policy": role.retry_policy.value,
-                    "replicas": replicas,
-                }
-            )
-        plan = {
-            "version": 1,
-            "app_id": app_id,
-            "app_name": app.name,
-            "options": {"grace_period": opts.grace_period},
-            "roles": roles,
-        }
-        files = {
-            "plan.json": json.dumps(plan, indent=2) + "\n",
-            "appdef.json": json.dumps(app.to_dict(), indent=2) + "\n",
-        }
-        # By hand (``--dryrun -o DIR``): supervise in the foreground with DIR as run dir.
-        argv = ("python3", "-m", "distspec.schedulers.local.supervisor", "--foreground", ".")
         return Request(
             scheduler=self.name,
             app=app,
             app_id=app_id,
             options=opts,
-            files=frozendict(files),
-            argv=argv,
-            main_file="plan.json",
+            files=frozendict(plan_files(app, opts, app_id=app_id)),
+            argv=BY_HAND,
+            main_file=PLAN_FILE,
         )
 
     # -- the effectful half -------------------------------------------------------
