@@ -3,7 +3,7 @@
 ``dist.ddp``, ``dist.spmd`` and ``dist.torchrun`` (and ``dist.fn``, in
 :mod:`distspec.components.fn`) run one torchrun per node (one replica of a single
 role per node), which starts the processes of that node and joins the rendezvous.
-They differ in what a bare ``-j N`` means (:class:`_BareJ`) and build their role
+They differ in what a bare ``-j N`` means (:class:`~distspec.specs.topology.BareJ`) and build their role
 through one function, :func:`_torchrun_app`; the torchrun command line is built in
 :mod:`distspec.torchrun`. The help of the parameters they share is written once,
 in :data:`_SHARED_ARGS`, and :func:`_shared_args` completes each one's docstring
@@ -12,13 +12,12 @@ in :data:`_SHARED_ARGS`, and :func:`_shared_args` completes each one's docstring
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 
 from distspec.errors import ComponentError, SpecError
 from distspec.specs.app import NAME_CHARS, SCRIPT_METADATA, AppDef, Resource, Role
 from distspec.specs.frozen import FrozenDict, frozendict
-from distspec.specs.topology import Topology
+from distspec.specs.topology import BareJ, Topology, parse_component_j
 from distspec.torchrun import TORCHRUN, torchrun_args
 
 TYPE_CHECKING = False
@@ -201,7 +200,7 @@ def ddp(
         j: the topology ``[MIN:]NxM``: N nodes of M processes; ``MIN:NxM`` makes it
             elastic; a bare ``M`` is always one node of M processes.
     """
-    return _torchrun_app(_BareJ.PROCESSES, **locals())
+    return _torchrun_app(BareJ.PROCESSES, **locals())
 
 
 @_shared_args
@@ -248,7 +247,7 @@ def spmd(
             ``MIN:N`` / ``MIN:NxM`` (GPU nodes only: give -h or --gpu).
         gpu: GPUs per node, and so processes per node (0 without -h).
     """
-    return _torchrun_app(_BareJ.NODES, **locals())
+    return _torchrun_app(BareJ.NODES, **locals())
 
 
 @_shared_args
@@ -293,40 +292,7 @@ def torchrun(
         j: the topology ``[MIN:]NxM``; with -h a bare ``N`` is N nodes of one
             process per GPU, without -h a bare ``M`` is one node of M processes.
     """
-    return _torchrun_app(_BareJ.NODES_WITH_H, **locals())
-
-
-class _BareJ(enum.Enum):
-    """What a bare ``-j N`` (no ``x``) means to a component."""
-
-    PROCESSES = "N processes on one node"  # TorchX's dist.ddp
-    NODES = "N nodes, one process per GPU"  # TorchX's dist.spmd
-    NODES_WITH_H = "N nodes with -h, else N processes on one node"  # TorchX's dist.torchrun
-
-
-def _topology(j: str, bare_j: _BareJ, resource: Resource, h: str | None) -> Topology:
-    """Parse ``-j`` as the component means it; see :class:`_BareJ`."""
-    bare = "x" not in j
-    if bare_j is _BareJ.PROCESSES or (bare_j is _BareJ.NODES_WITH_H and not h):
-        if bare and ":" in j:
-            raise ComponentError(
-                f"-j {j}: an elastic MIN:MAX needs xM, the processes per node (-j {j}x1)"
-            )
-        return Topology.parse(j)
-    if bare_j is _BareJ.NODES and not resource.gpu:
-        on = f"-h {h} has" if h else "the nodes have"
-        raise ComponentError(
-            f"dist.spmd runs one process per GPU, but {on} no GPU (TorchX's dist.spmd "
-            "defaults to -h gpu.small); give -h NAME or --gpu N, or run CPU processes "
-            f"with dist.ddp -j {j if not bare else j + 'xM'}"
-        )
-    if bare and not resource.gpu:
-        on = f"-h {h} has" if h else "the nodes have"
-        raise ComponentError(
-            f"-j {j} counts nodes of one process per GPU, but {on} no GPU; "
-            f"give -j {j}xM (M processes per node), or GPUs with -h or --gpu"
-        )
-    return Topology.parse(j, gpus_per_node=resource.gpu or None)
+    return _torchrun_app(BareJ.NODES_WITH_H, **locals())
 
 
 def job_name(name: str | None, derived: str) -> tuple[str, dict[str, str]]:
@@ -353,7 +319,7 @@ def job_name(name: str | None, derived: str) -> tuple[str, dict[str, str]]:
 
 
 def _torchrun_app(
-    bare_j: _BareJ,
+    bare_j: BareJ,
     script_args: tuple[str, ...],
     *,
     script: str | None,
@@ -395,7 +361,7 @@ def _torchrun_app(
             f"give exactly one of --script (a program) and -m (a Python module); {given} was given"
         )
     resource = resource_for(h=h, cpu=cpu, gpu=gpu, mem_mb=mem_mb)
-    topology = _topology(j, bare_j, resource, h)
+    topology = parse_component_j(j, bare_j, gpus=resource.gpu, h=h)
     if resource.gpu and topology.nproc_per_node > resource.gpu:
         raise ComponentError(
             f"-j {j} runs {topology.nproc_per_node} processes per node but each node has "

@@ -18,13 +18,13 @@ and describe those parameters alike.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from distspec._arguments import show
 from distspec.components import dist
 from distspec.errors import ComponentError
 from distspec.specs.app import AppDef
-from distspec.specs.topology import Topology
+from distspec.specs.groups import groups_problem, parse_groups
+from distspec.specs.topology import BareJ, Topology
 
 __all__ = [
     "BACKENDS",
@@ -34,10 +34,7 @@ __all__ = [
     "backend_problem",
     "fn",
     "fn_spec_problem",
-    "format_groups",
-    "groups_problem",
     "job_name",
-    "parse_groups",
     "seed_problem",
     "timeout_problem",
     "worker_args",
@@ -139,7 +136,7 @@ def fn(
     # The launch is dist.ddp's, -j and --name included (a bare -j M is one node of
     # M processes whatever --gpu or -h say); only the program and role name differ.
     return dist._torchrun_app(
-        dist._BareJ.PROCESSES,
+        BareJ.PROCESSES,
         tuple(args),
         script=None,
         m=WORKER_MODULE,
@@ -192,22 +189,6 @@ def worker_args(
     return args
 
 
-def parse_groups(text: str) -> list[list[int]]:
-    """``"0,2;1,3"`` → ``[[0, 2], [1, 3]]``; ComponentError for anything else."""
-    groups: list[list[int]] = []
-    for part in text.split(";"):
-        try:
-            ranks = [int(r) for r in part.split(",")]
-        except ValueError:
-            raise ComponentError(
-                f"--groups {text!r}: give ranks separated by commas, groups by semicolons (0,2;1,3)"
-            ) from None
-        if any(r < 0 for r in ranks):
-            raise ComponentError(f"--groups {text!r}: ranks cannot be negative")
-        groups.append(ranks)
-    return groups
-
-
 def fn_spec_problem(spec: str) -> str | None:
     """Why ``spec`` is not ``pkg.module:function`` (dotted names of identifiers on both
     sides of one colon), or None."""
@@ -221,33 +202,6 @@ def fn_spec_problem(spec: str) -> str | None:
         if bad is not None:
             where = "" if bad == text else f" in the {side} {show(text)}"
             return f"{show(bad)}{where} is not a Python name (pkg.module:function)"
-    return None
-
-
-def groups_problem(groups: Sequence[Sequence[int]], topology: Topology) -> str | None:
-    """Why ``groups`` cannot be the subgroups of a ``topology`` job, or None: as
-    :func:`distspec.runtime.init` would refuse them (an empty group, a rank outside
-    the world, a rank in two groups, a rank in none), before the job runs. An elastic
-    job's world is only known when it runs: its ranks are checked against the largest."""
-    if not groups:
-        return None  # no subgroups: the world group only
-    world = topology.nodes * topology.nproc_per_node
-    seen: dict[int, int] = {}
-    for i, ranks in enumerate(groups):
-        if not ranks:
-            return f"group {i} is empty"
-        for rank in ranks:
-            if not 0 <= rank < world:
-                return f"rank {show(rank)} is not in 0..{world - 1} (-j {topology.format()})"
-            if rank in seen:
-                where = (
-                    f"twice in group {i}" if seen[rank] == i else f"in groups {seen[rank]} and {i}"
-                )
-                return f"rank {rank} is {where}: a rank belongs to one group"
-            seen[rank] = i
-    if not topology.elastic and len(seen) < world:
-        missing = next(r for r in range(world) if r not in seen)
-        return f"rank {missing} is in no group: the groups must cover all {world} ranks"
     return None
 
 
@@ -273,13 +227,6 @@ def backend_problem(backend: str) -> str | None:
         hint = did_you_mean(backend, BACKENDS)
         return f"not a process group backend{hint}; known: {', '.join(BACKENDS)}"
     return None
-
-
-def format_groups(
-    groups: list[list[int]] | tuple[tuple[int, ...], ...] | list[tuple[int, ...]],
-) -> str:
-    """The inverse of :func:`parse_groups`."""
-    return ";".join(",".join(str(int(r)) for r in g) for g in groups)
 
 
 def job_name(text: str) -> str:
