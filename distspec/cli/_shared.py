@@ -36,6 +36,11 @@ def make_runner(config: Config | None = None) -> Runner:
     return Runner(config=config)
 
 
+def add_scheduler(parser: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
+    """The ``-s/--scheduler`` option of a verb that works on one backend."""
+    parser.add_argument("-s", "--scheduler", default=default, help=help)
+
+
 def add_handle(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "handle", metavar="HANDLE", help="SCHEDULER://SESSION/APP_ID, as `run` printed it"

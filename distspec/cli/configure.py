@@ -13,7 +13,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
-    parser.add_argument("-s", "--scheduler", help="the scheduler to configure")
+    from distspec.cli._shared import add_scheduler
+
+    add_scheduler(parser, "the scheduler to configure")
     parser.add_argument(
         "--show",
         action="store_true",

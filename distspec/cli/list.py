@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
-    parser.add_argument("-s", "--scheduler", help="which backend (default: the configured one)")
+    from distspec.cli._shared import add_scheduler
+
+    add_scheduler(parser, "which backend (default: the configured one)")
     parser.add_argument(
         "--state",
         action="append",

@@ -21,12 +21,13 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    from distspec.cli._shared import add_scheduler
+
     parser.epilog = EPILOG
-    parser.add_argument(
-        "-s",
-        "--scheduler",
+    add_scheduler(
+        parser,
+        "the backend whose records to prune (only local_cwd keeps runs here)",
         default="local_cwd",
-        help="the backend whose records to prune (only local_cwd keeps runs here)",
     )
     parser.add_argument(
         "--older-than",

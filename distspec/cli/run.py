@@ -49,12 +49,10 @@ SECOND_INTERRUPT_WINDOW = 3.0
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    from distspec.cli._shared import add_scheduler
+
     parser.epilog = EPILOG
-    parser.add_argument(
-        "-s",
-        "--scheduler",
-        help="backend: local_cwd (default), slurm, pbs, kubernetes, or a plugin",
-    )
+    add_scheduler(parser, "backend: local_cwd (default), slurm, pbs, kubernetes, or a plugin")
     parser.add_argument(
         "-cfg",
         "--cfg",
