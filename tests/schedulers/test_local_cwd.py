@@ -330,3 +330,60 @@ def test_a_replica_entry_has_the_keys_the_reader_declares() -> None:
     from distspec.schedulers.local.replica import RECORD_KEYS
 
     assert tuple(ReplicaRecord.__annotations__) == RECORD_KEYS
+
+
+def test_job_paths_name_the_run_directory_and_its_logs(tmp_path: Path) -> None:
+    sched = _sched(tmp_path)
+    run = _write_state(sched, "app-3", supervisor={"pid": os.getpid(), "starttime": None})
+    paths = sched.job_paths("app-3")
+    assert paths.folder == str(run) == str(tmp_path / "state" / "local_cwd" / "app-3")
+    assert paths.script_output is None
+    # Where the supervisor writes a replica's combined log (the plan says), and where
+    # describe says it is.
+    plan = json.loads(sched.compile(_macro_app(), LocalOptions(), app_id="app-3").render())
+    replica = plan["roles"][0]["replicas"][1]
+    assert paths.replica_log("worker", 1) == str(run / replica["log"])
+    status = sched.describe("app-3")
+    assert status is not None
+    assert status.roles[0].replicas[0].log == paths.replica_log("r", 0)
+    # The request is not needed, and gives the same answer.
+    request = sched.compile(_macro_app(), LocalOptions(), app_id="app-3")
+    assert sched.job_paths("app-3", request) == paths
+    with pytest.raises(UsageError):
+        sched.job_paths("../app-3")
+
+
+def test_capabilities() -> None:
+    caps = LocalScheduler.capabilities
+    assert caps.interactive, "run --wait streams the logs and cancels on Ctrl-C"
+    assert caps.prunable, "runs live under the state dir"
+    assert caps.image == "directory", "a role's image is the directory it runs in"
+    assert caps.shared_files
+
+
+def test_old_and_new_import_paths_name_one_backend() -> None:
+    import importlib
+
+    from distspec.schedulers._registry import BUILTIN_SCHEDULERS, SchedulerRegistry
+    from distspec.schedulers.local.options import LocalOptions as Options
+
+    old = importlib.import_module("distspec.schedulers.local_cwd")
+    package = importlib.import_module("distspec.schedulers.local")
+    assert old.LocalScheduler is package.LocalScheduler is LocalScheduler
+    assert old.LocalOptions is package.LocalOptions is Options is LocalOptions
+    assert BUILTIN_SCHEDULERS["local_cwd"] == "distspec.schedulers.local:LocalScheduler"
+    assert SchedulerRegistry(use_entry_points=False).get("local_cwd") is LocalScheduler
+
+
+def test_the_plan_is_the_compiled_request() -> None:
+    from distspec.schedulers.local.plan import build_plan
+
+    request = LocalScheduler("test").compile(_macro_app(), LocalOptions(), app_id=APP_ID)
+    assert json.loads(request.render()) == build_plan(_macro_app(), LocalOptions(), app_id=APP_ID)
+    assert request.argv == (
+        "python3",
+        "-m",
+        "distspec.schedulers.local.supervisor",
+        "--foreground",
+        ".",
+    )

@@ -419,6 +419,28 @@ def test_missing_program_fails_with_127(state_dir: Path, tmp_path: Path) -> None
     assert "cannot start 'no-such-program-distspec'" in replica.reason
 
 
+def test_job_paths_are_where_the_job_keeps_its_files(state_dir: Path, tmp_path: Path) -> None:
+    """JobPaths, the contract callers use instead of the backend's layout: the run
+    directory ($DISTSPEC_JOB_DIR in the job) and each replica's combined log in it."""
+    role = Role(
+        name="w",
+        entrypoint="sh",
+        args=("-c", 'echo "hello $DISTSPEC_REPLICA_ID"; echo "$DISTSPEC_JOB_DIR"'),
+        num_replicas=2,
+    )
+    runner = _runner()
+    handle = runner.run(AppDef(name="paths", roles=(role,)), "local_cwd")
+    status = runner.wait(handle, timeout=60)
+    assert status.state is AppState.SUCCEEDED
+    paths = runner.scheduler("local_cwd").job_paths(handle.app_id)
+    assert paths is not None
+    assert paths.folder == str(state_dir / "local_cwd" / handle.app_id) == status.location
+    for i in range(2):
+        log = Path(paths.replica_log("w", i)).read_text()
+        assert f" O hello {i}\n" in log
+        assert f" O {paths.folder}\n" in log
+
+
 def test_logs_prefix_tail_regex_since(state_dir: Path, tmp_path: Path) -> None:
     handle = submit(
         "utils.sh",

@@ -29,10 +29,12 @@ if TYPE_CHECKING:
     from distspec.schedulers.local.options import LocalOptions
     from distspec.specs.app import AppDef
 
-__all__ = ["BY_HAND", "build_plan", "plan_files"]
+__all__ = ["BY_HAND", "LOG_PATTERN", "build_plan", "plan_files"]
 
 #: By hand (``--dryrun -o DIR``): supervise in the foreground with DIR as run dir.
 BY_HAND = ("python3", "-m", "distspec.schedulers.local.supervisor", "--foreground", ".")
+#: Where a replica's combined log is in the run directory (``JobPaths.log_pattern``).
+LOG_PATTERN = "logs/" + log_file_name("{role}", "{replica}", "log")
 
 
 def plan_files(app: AppDef, opts: LocalOptions, *, app_id: str) -> dict[str, str]:
@@ -87,7 +89,7 @@ def build_plan(app: AppDef, opts: LocalOptions, *, app_id: str) -> dict[str, Any
                     "prepend_cwd": opts.prepend_cwd,
                     "stdout": f"logs/{log_file_name(role.name, i, 'stdout')}",
                     "stderr": f"logs/{log_file_name(role.name, i, 'stderr')}",
-                    "log": f"logs/{log_file_name(role.name, i, 'log')}",
+                    "log": LOG_PATTERN.format(role=role.name, replica=i),
                 }
             )
         roles.append(

@@ -20,12 +20,13 @@ from distspec.schedulers.api import (
     SCRIPT_METADATA,
     AppSummary,
     Capabilities,
+    JobPaths,
     Request,
     Scheduler,
 )
 from distspec.schedulers.local.files import PLAN_FILE
 from distspec.schedulers.local.options import LocalOptions, default_state_dir
-from distspec.schedulers.local.plan import BY_HAND, plan_files
+from distspec.schedulers.local.plan import BY_HAND, LOG_PATTERN, plan_files
 from distspec.schedulers.local.status import TERMINAL
 from distspec.specs.app import AppDef
 from distspec.specs.frozen import frozendict
@@ -58,7 +59,17 @@ class LocalScheduler(Scheduler[LocalOptions]):
 
     name: ClassVar[str] = "local_cwd"
     Options: ClassVar[type[Any]] = LocalOptions
-    capabilities: ClassVar[Capabilities] = Capabilities(mount_kinds=frozenset(), shared_files=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        mount_kinds=frozenset(),
+        shared_files=True,
+        # A run is followed as a foreground program would be: run --wait streams its
+        # logs and cancels it on Ctrl-C.
+        interactive=True,
+        # A role's image is the directory it runs in (``${img_root}``).
+        image="directory",
+        # Whole runs, logs included, live in the state dir: prune removes ended ones.
+        prunable=True,
+    )
     max_poll_interval: ClassVar[float] = 0.05
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -76,9 +87,20 @@ class LocalScheduler(Scheduler[LocalOptions]):
         return Path(base) / self.name
 
     def run_dir(self, app_id: str) -> Path:
+        """``<state dir>/local_cwd/<app id>``, the run directory of ``app_id``.
+
+        Raises:
+            UsageError: ``app_id`` is not a name a run directory can have.
+        """
         if not app_id or "/" in app_id or app_id in (".", ".."):
             raise UsageError(f"invalid local_cwd app id {app_id!r}")
         return self.root / app_id
+
+    def job_paths(self, app_id: str, request: Request | None = None) -> JobPaths:
+        """The run directory; each replica's combined log is
+        ``logs/<role>-<replica>.log`` in it; there is no batch script, so no output of
+        one. ``request`` is not needed: the run directory depends on the state dir."""
+        return JobPaths(folder=str(self.run_dir(app_id)), log_pattern=LOG_PATTERN)
 
     # -- the pure half ------------------------------------------------------------
 
