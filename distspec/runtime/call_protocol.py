@@ -155,19 +155,9 @@ def write_bytes(path: str, data: bytes) -> None:
         with fsspec.open(path, "wb") as f:
             f.write(data)
         return
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk: the half-written temp file would keep the space it took, and
-        # nothing could then record the job's end. Leave nothing behind.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from distspec._files import write_atomic
+
+    write_atomic(path, data)
 
 
 def remove(path: str) -> None:

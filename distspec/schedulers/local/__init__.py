@@ -37,22 +37,13 @@ is the registry's string.
 
 from __future__ import annotations
 
+from distspec._lazy import lazy_getattr
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from distspec.schedulers.local.options import LocalOptions
     from distspec.schedulers.local.scheduler import LocalScheduler
 
 __all__ = ["LocalOptions", "LocalScheduler"]
 
-_WHERE = {"LocalOptions": "options", "LocalScheduler": "scheduler"}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_getattr(__name__, {"LocalOptions": "options", "LocalScheduler": "scheduler"})

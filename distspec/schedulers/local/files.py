@@ -15,6 +15,8 @@ import json
 import os
 import stat
 
+from distspec._files import write_atomic
+
 # The idiom mypy understands without importing typing (~4 ms of the supervisor's start).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,19 +60,7 @@ RECORD_LIMIT = 64 << 20
 
 def write_json_atomic(path: str, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` via a temporary file and rename (never half-written)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk or a read-only directory: leave no half-written temp file.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
 
 
 def read_json(path: str) -> Any:
