@@ -11,6 +11,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 EPILOG = """\
@@ -24,11 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     from distspec.cli._shared import add_scheduler
 
     parser.epilog = EPILOG
-    add_scheduler(
-        parser,
-        "the backend whose records to prune (only local_cwd keeps runs here)",
-        default="local_cwd",
-    )
+    add_scheduler(parser, "the backend whose records to prune (only local_cwd keeps runs here)")
     parser.add_argument(
         "--older-than",
         metavar="AGE",
@@ -70,14 +67,13 @@ def main(args: argparse.Namespace) -> int:
     if states is not None and any(not s.is_terminal for s in states):
         raise UsageError("--state: prune deletes ended runs only (succeeded, failed, cancelled)")
     runner = make_runner()
-    sched = runner.scheduler(args.scheduler)
-    prune = getattr(sched, "prune", None)
-    if prune is None:
-        raise UsageError(
-            f"{args.scheduler} keeps no run directories here to prune (only local_cwd does)"
-        )
+    name = args.scheduler or next(_prunable_builtins(runner))
+    sched = runner.scheduler(name)
+    if not sched.capabilities.prunable:
+        prunable = ", ".join(_prunable_builtins(runner))
+        raise UsageError(f"{name} keeps no run directories here to prune (only {prunable} does)")
     failed: list[tuple[Any, str]] = []
-    gone = prune(
+    gone = sched.prune(
         older_than=older,
         states=states,
         dry_run=args.dry_run,
@@ -85,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     )
 
     def handle(app_id: str) -> str:
-        return AppHandle(scheduler=args.scheduler, session=runner.session, app_id=app_id).format()
+        return AppHandle(scheduler=name, session=runner.session, app_id=app_id).format()
 
     # Only what is really gone is reported as deleted; a run that could not be
     # deleted is named, with why, on stderr, and the exit code is 1.
@@ -109,3 +105,11 @@ def main(args: argparse.Namespace) -> int:
     tail = f"; {len(failed)} could not be deleted (see above)" if failed else ""
     print(f"{verb} {len(gone)} run(s){tail}")
     return 1 if failed else 0
+
+
+def _prunable_builtins(runner: Any) -> Iterator[str]:
+    """The builtin backends that keep whole runs here (``capabilities.prunable``), in the
+    registry's order, each imported only when reached; the first is prune's default."""
+    from distspec.schedulers._registry import BUILTIN_SCHEDULERS
+
+    return (n for n in BUILTIN_SCHEDULERS if runner.registry.get(n).capabilities.prunable)

@@ -149,7 +149,8 @@ def main(args: argparse.Namespace) -> int:
             print(handle)
         return 0
     logs = args.log is not False  # --wait streams the job's output unless --no-log
-    cancel = scheduler == "local_cwd" or args.cancel_on_interrupt
+    # An interactive backend's job is a foreground program's: Ctrl-C cancels it.
+    cancel = runner.scheduler(scheduler).capabilities.interactive or args.cancel_on_interrupt
     out = sys.stderr if args.json else sys.stdout
     # SIGTERM must reach the job from the moment it exists, so the handler goes in
     # before submit rather than after the handle is printed.

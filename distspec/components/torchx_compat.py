@@ -69,7 +69,6 @@ if TYPE_CHECKING:
     from distspec.specs.mounts import Mount
 
 __all__ = [
-    "IMAGE_IGNORED_ON",
     "RANK0_ENV",
     "TORCHX_MACROS",
     "from_torchx",
@@ -90,9 +89,10 @@ TORCHX_MACROS = {
     "rank0_env": RANK0_ENV,
 }
 
-#: Backends where TorchX's schedulers ignore a role's image (and distspec's would run
-#: the role in it as a directory). PBS has no TorchX scheduler; it is treated as Slurm.
-IMAGE_IGNORED_ON = frozenset({"local_cwd", "slurm", "pbs"})
+#: TorchX's scheduler whose ``${img_root}`` is the working directory, as distspec's is
+#: once the image is dropped (TorchX's Slurm scheduler puts the image's name there).
+#: A name in TorchX's vocabulary, not a decision about a distspec backend.
+_TORCHX_IMG_ROOT_IS_CWD = "local_cwd"
 
 _IDENT_START = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
 _IDENT = _IDENT_START + "0123456789"
@@ -176,6 +176,21 @@ def from_torchx(app: Any, source: str = "", *, scheduler: str | None = None) -> 
         ) from None
 
 
+def _image_is_directory(scheduler: str) -> bool:
+    """True where distspec would run a role in its image as a directory (local, Slurm,
+    PBS): TorchX's schedulers there ignore the image, so it is dropped (PBS has no
+    TorchX scheduler; it is treated as Slurm). An unknown name is left to the runner,
+    which refuses it."""
+    from distspec.errors import SchedulerError, SchedulerNotFound
+    from distspec.schedulers import SchedulerRegistry
+
+    try:
+        backend = SchedulerRegistry().get(scheduler)
+    except (SchedulerError, SchedulerNotFound):
+        return False
+    return backend.capabilities.image == "directory"
+
+
 def _role(role: Any, where: str, scheduler: str | None) -> Role:
     if getattr(role, "workspace", None):
         raise _Refusal(
@@ -196,8 +211,8 @@ def _role(role: Any, where: str, scheduler: str | None) -> Role:
     metadata = _str_map(role.metadata, f"{where}.metadata", macros=True, uses_rank0=uses_rank0)
     if uses_rank0[0]:
         env.setdefault(RANK0_ENV, Macro.RANK0_HOST.token)
-    if image and scheduler in IMAGE_IGNORED_ON:
-        if scheduler != "local_cwd" and any(
+    if image and scheduler is not None and _image_is_directory(scheduler):
+        if scheduler != _TORCHX_IMG_ROOT_IS_CWD and any(
             Macro.IMG_ROOT.token in text for text in (*args, *env.values())
         ):
             raise _Refusal(

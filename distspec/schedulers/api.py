@@ -333,6 +333,18 @@ class Scheduler(abc.ABC, Generic[OptsT]):
     def list(self) -> list[AppSummary]:
         """Apps this backend can see, newest first where it knows the order."""
 
+    def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        states: frozenset[AppState] | None = None,
+        dry_run: bool = False,
+        on_failure: Callable[[AppSummary, str], object] | None = None,
+    ) -> tuple[AppSummary, ...]:
+        """Delete the folders of ended runs this backend keeps (``capabilities.prunable``);
+        see the local backend. Returns what was (with ``dry_run``: would be) deleted."""
+        raise NotImplementedError(f"{self.name} keeps no runs to prune")
+
     # -- shared behaviour ------------------------------------------------------
 
     def wait(
