@@ -160,32 +160,31 @@ def _record_path(runner: Runner, scheduler: str, app_id: str) -> str:
     return os.path.join(runner.config.state_dir, "callables", scheduler, f"{safe}.json")
 
 
+def _job_dir_before_submit(runner: Runner, request: Request) -> str | None:
+    """Where the payload must be before the job starts, for a backend whose replicas do
+    not see this machine's files (Kubernetes: its ``job_dir``); None for the others,
+    whose job folder exists once the job is submitted."""
+    sched = runner.scheduler(request.scheduler)
+    if sched.capabilities.shared_files:
+        return None
+    paths = sched.job_paths(request.app_id, request)
+    if paths is None:
+        raise CallableError(
+            f"{request.scheduler}: a Python callable needs a job directory the pods and this "
+            "machine both reach: cfg={'job_dir': 's3://bucket/prefix'} (any fsspec URL)"
+        )
+    return paths.folder
+
+
 def _job_dir_after_submit(runner: Runner, request: Request, app_id: str) -> str:
     """Where the job reads ``call.pkl`` and writes its results, once it is submitted."""
-    sched: Any = runner.scheduler(request.scheduler)
-    if request.scheduler == "local_cwd":
-        return str(sched.run_dir(app_id))
-    if request.scheduler == "kubernetes":
-        return _k8s_job_dir(request)
-    record = getattr(sched, "_record", None)
-    if record is not None:  # Slurm, PBS: the job folder their own record names
-        rec = record(app_id)
-        if rec is not None:
-            return str(rec.folder)
-    raise CallableError(
-        f"{request.scheduler}: cannot tell where job {app_id} keeps its files; Python "
-        "callables run on local_cwd, slurm, pbs and kubernetes"
-    )
-
-
-def _k8s_job_dir(request: Request) -> str:
-    job_dir = getattr(request.options, "job_dir", None)
-    if not job_dir:
+    paths = runner.scheduler(request.scheduler).job_paths(app_id, request)
+    if paths is None:
         raise CallableError(
-            "kubernetes: a Python callable needs a job directory the pods and this machine "
-            "both reach: cfg={'job_dir': 's3://bucket/prefix'} (any fsspec URL)"
+            f"{request.scheduler}: cannot tell where job {app_id} keeps its files; Python "
+            "callables run on backends that say where a job keeps its files (job_paths)"
         )
-    return f"{str(job_dir).rstrip('/')}/{request.app_id}"
+    return paths.folder
 
 
 #: The most a callable's record may hold (a real one is a few hundred bytes).
@@ -823,10 +822,9 @@ def submit(
     settings = _settings_of(locals())
     call = _compile(fn, args, kwargs, where="distspec.submit", **settings)
     runner, request = call.runner, call.request
-    early_dir = None
-    if request.scheduler == "kubernetes":
+    early_dir = _job_dir_before_submit(runner, request)
+    if early_dir is not None:
         # Written before submit: a failure leaves nothing behind.
-        early_dir = _k8s_job_dir(request)
         _write_payload(early_dir, call.payload)
     handle = runner.submit(request)
     try:
