@@ -154,3 +154,44 @@ def test_request_size_does_not_grow_with_nodes(backend: Scheduler[Any]) -> None:
         )
     size = lambda r: sum(len(t) for t in r.files.values())  # noqa: E731
     assert size(large) <= size(small) * 1.05 + 16
+
+
+# -- the contract that owns a job's files ---------------------------------------
+
+
+def test_the_folder_submit_creates_is_the_one_the_job_writes_to(
+    backend: Scheduler[Any],
+) -> None:
+    """``Request.job_dir`` (created by submit and by ``-o DIR``'s submit.sh) is the
+    folder the compiled request really uses, or None where submit creates none."""
+    request = backend.compile(_app(), _defaults(backend), app_id="conf-0000abcd")
+    if request.job_dir is None:
+        return
+    assert Path(request.job_dir).is_absolute(), request.job_dir
+    assert request.job_dir in request.render()
+
+
+def test_an_image_is_a_container_or_a_directory(backend: Scheduler[Any]) -> None:
+    caps = backend.capabilities
+    assert caps.image in ("container", "directory")
+    if caps.image == "container":
+        request = backend.compile(_app(), _defaults(backend), app_id="conf-0000abcd")
+        assert "/srv/conformance-img" in request.render()
+
+
+def test_only_a_prunable_backend_prunes(backend: Scheduler[Any]) -> None:
+    if backend.capabilities.prunable:
+        assert backend.prune(dry_run=True) == ()
+    else:
+        with pytest.raises(NotImplementedError, match="no runs to prune"):
+            backend.prune(dry_run=True)
+
+
+def test_job_paths_name_a_replica_log_only_where_logs_are_files() -> None:
+    from distspec.schedulers.api import JobPaths
+
+    assert JobPaths(folder="/j/1/").replica_log("trainer", 3) == "/j/1/trainer-3.log"
+    assert JobPaths(folder="/j", log_pattern="logs/{role}.{replica}").replica_log("a", 0) == (
+        "/j/logs/a.0"
+    )
+    assert JobPaths(folder="s3://b/j", log_pattern=None).replica_log("a", 0) is None
