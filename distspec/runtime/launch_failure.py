@@ -175,4 +175,3 @@ def _split(text: str) -> tuple[int | None, str]:
     if rank is not None and rest.startswith(" "):
         rest = rest[1:]
     return rank, rest
-
