@@ -14,15 +14,7 @@ from distspec.specs import macros
 from distspec.specs.app import AppDef, Role
 from distspec.specs.frozen import frozen, frozendict, replace
 from distspec.specs.macros import Macro
-
-# torchrun's output is read by one standard-library module, which the local
-# supervisor and the in-job ``distspec launch`` use too; re-exported for the backends.
-from distspec.torchrun_output import (
-    RANK_PREFIX_ENV,
-    RANK_PREFIX_TEMPLATE,
-    signal_name,
-    torchrun_root_cause,
-)
+from distspec.torchrun_output import RANK_PREFIX_ENV, RANK_PREFIX_TEMPLATE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,10 +32,8 @@ __all__ = [
     "read_log_lines",
     "shell_join",
     "shell_word",
-    "signal_name",
     "submit_env",
     "substitute_role",
-    "torchrun_root_cause",
     "with_location",
 ]
 

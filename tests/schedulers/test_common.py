@@ -107,7 +107,7 @@ def _torchrun_log(code: int, *said: str) -> list[str]:
 
 
 def test_root_cause_gives_the_workers_code_and_its_exception_line() -> None:
-    from distspec.schedulers._common import torchrun_root_cause
+    from distspec.torchrun_output import torchrun_root_cause
 
     lines = _torchrun_log(
         7,
@@ -125,7 +125,7 @@ def test_root_cause_gives_the_workers_code_and_its_exception_line() -> None:
 
 
 def test_root_cause_names_a_signal_and_quotes_the_last_line_without_a_traceback() -> None:
-    from distspec.schedulers._common import torchrun_root_cause
+    from distspec.torchrun_output import torchrun_root_cause
 
     code, reason = torchrun_root_cause(_torchrun_log(-11, "step 5", "", "   ")) or (None, "")
     assert code == 139
@@ -134,7 +134,7 @@ def test_root_cause_names_a_signal_and_quotes_the_last_line_without_a_traceback(
 
 
 def test_root_cause_reads_the_default_tee_prefix_too() -> None:
-    from distspec.schedulers._common import torchrun_root_cause
+    from distspec.torchrun_output import torchrun_root_cause
 
     lines = ["[trainer1]:oops", *(line.format(code=2) for line in _REPORT)]
     assert torchrun_root_cause(lines, "trainer") == (

@@ -14,13 +14,13 @@ import pytest
 
 from distspec.components.dist import ddp
 from distspec.errors import CompileError, UsageError
-from distspec.schedulers.local.exits import torchrun_root_cause
 from distspec.schedulers.local.files import STATE_FILE, write_json_atomic
 from distspec.schedulers.local.logs import parse_log_line
 from distspec.schedulers.local.processes import is_alive
 from distspec.schedulers.local.scheduler import LocalOptions, LocalScheduler
 from distspec.specs import AppDef, AppState, Resource, RetryPolicy, Role
 from distspec.specs.mounts import BindMount
+from distspec.torchrun_output import torchrun_root_cause
 
 APP_ID = "app-0000abcd"
 
@@ -316,6 +316,7 @@ def test_supervisor_starts_on_the_standard_library_alone() -> None:
         "distspec._lazy",
         "distspec.schedulers",
         "distspec.schedulers.local",
+        "distspec.torchrun_output",
     }
     own = {
         f"distspec.schedulers.local.{name}"

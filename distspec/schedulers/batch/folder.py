@@ -11,8 +11,9 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from distspec.schedulers._common import log_file_name, signal_name, torchrun_root_cause
+from distspec.schedulers._common import log_file_name
 from distspec.specs.state import AppState
+from distspec.torchrun_output import signal_name, torchrun_root_cause
 
 __all__ = [
     "exit_code",
@@ -69,7 +70,7 @@ def replica_exit(
     The wrapper records the launcher's status, and torchrun exits 1 whatever its
     worker did, so for a failed replica the end of ``<role>-<i>.log`` (from where this
     attempt started, its ``.start``: earlier attempts append to the same log) is searched for
-    torchrun's root-cause report (:func:`~distspec.schedulers._common.torchrun_root_cause`,
+    torchrun's root-cause report (:func:`~distspec.torchrun_output.torchrun_root_cause`,
     the same reader local_cwd uses): the worker's own code (a signal N as 128+N) and
     who it was. Without a report the recorded code stays; a code above 128 is then
     named as a signal. Reason "" for a replica that succeeded or has not exited.

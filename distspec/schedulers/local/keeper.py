@@ -17,7 +17,6 @@ import select
 import signal
 import time
 
-from distspec.schedulers.local.exits import exit_code_of, signal_name, torchrun_root_cause
 from distspec.schedulers.local.files import append, open_log
 from distspec.schedulers.local.processes import (
     PR_SET_CHILD_SUBREAPER,
@@ -26,6 +25,7 @@ from distspec.schedulers.local.processes import (
     prctl,
     reap,
 )
+from distspec.torchrun_output import exit_code_of, signal_name, torchrun_root_cause
 
 # The idiom mypy understands without importing typing (~4 ms of the supervisor's start).
 TYPE_CHECKING = False

@@ -40,7 +40,7 @@ import signal
 import sys
 import time
 
-from distspec.schedulers.local.exits import describe_rc, exit_code_of
+from distspec.schedulers.local.exits import describe_rc
 from distspec.schedulers.local.files import (
     ALIVE_FIFO,
     PLAN_FILE,
@@ -66,6 +66,7 @@ from distspec.schedulers.local.processes import (
     reap,
 )
 from distspec.schedulers.local.replica import Replica
+from distspec.torchrun_output import exit_code_of
 
 # The idiom mypy understands without importing typing (~4 ms of the supervisor's start).
 TYPE_CHECKING = False

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from distspec.schedulers._common import signal_name
 from distspec.schedulers.batch.folder import (
     exit_code,
     parse_int,
@@ -20,6 +19,7 @@ from distspec.schedulers.batch.folder import (
 )
 from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, ReplicaStatus
+from distspec.torchrun_output import signal_name
 
 __all__ = [
     "FINISHED",
