@@ -44,8 +44,8 @@ import sys
 from collections.abc import Mapping
 
 from distspec.errors import ConfigError
+from distspec.frozen import field, frozen
 from distspec.schedulers._registry import BUILTIN_SCHEDULERS
-from distspec.specs.frozen import field, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

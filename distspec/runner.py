@@ -18,8 +18,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, SchedulerError, UsageError
+from distspec.frozen import frozen
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

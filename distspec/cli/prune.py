@@ -23,9 +23,14 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     from distspec.cli._shared import add_scheduler
+    from distspec.config import DEFAULT_SCHEDULER
 
     parser.epilog = EPILOG
-    add_scheduler(parser, "the backend whose records to prune (only local_cwd keeps runs here)")
+    add_scheduler(
+        parser,
+        "the backend whose records to prune (only local_cwd keeps runs here)",
+        default=DEFAULT_SCHEDULER,
+    )
     parser.add_argument(
         "--older-than",
         metavar="AGE",
@@ -67,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     if states is not None and any(not s.is_terminal for s in states):
         raise UsageError("--state: prune deletes ended runs only (succeeded, failed, cancelled)")
     runner = make_runner()
-    name = args.scheduler or next(_prunable_builtins(runner))
+    name = args.scheduler
     sched = runner.scheduler(name)
     if not sched.capabilities.prunable:
         prunable = ", ".join(_prunable_builtins(runner))
@@ -109,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _prunable_builtins(runner: Any) -> Iterator[str]:
     """The builtin backends that keep whole runs here (``capabilities.prunable``), in the
-    registry's order, each imported only when reached; the first is prune's default."""
+    registry's order."""
     from distspec.schedulers._registry import BUILTIN_SCHEDULERS
 
     return (n for n in BUILTIN_SCHEDULERS if runner.registry.get(n).capabilities.prunable)

@@ -53,8 +53,8 @@ from collections.abc import Callable, Mapping, Sequence
 from distspec._argparse import HelpFormatter
 from distspec._typing import union_members
 from distspec.errors import ComponentError
+from distspec.frozen import frozen, replace
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import frozen, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from distspec.errors import ComponentError, SpecError
+from distspec.frozen import FrozenDict, frozendict
 from distspec.specs.app import NAME_CHARS, SCRIPT_METADATA, AppDef, Resource, Role
-from distspec.specs.frozen import FrozenDict, frozendict
 from distspec.specs.topology import BareJ, Topology, parse_component_j
 from distspec.torchrun import TORCHRUN, torchrun_args
 

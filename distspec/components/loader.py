@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 
 from distspec.errors import ComponentError
-from distspec.specs.frozen import FrozenDict, frozen
+from distspec.frozen import FrozenDict, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

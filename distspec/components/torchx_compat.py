@@ -57,8 +57,8 @@ TorchX leaves as written but distspec would substitute (a literal
 from __future__ import annotations
 
 from distspec.errors import ComponentError, SpecError
+from distspec.frozen import frozendict
 from distspec.specs.app import AppDef, Resource, Role
-from distspec.specs.frozen import frozendict
 from distspec.specs.macros import Macro
 from distspec.specs.macros import find as find_macros
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from distspec.components.dist import group_mounts, resource_for, role_name_for
 from distspec.errors import ComponentError
+from distspec.frozen import frozendict
 from distspec.specs.app import SCRIPT_METADATA, AppDef, Role
-from distspec.specs.frozen import frozendict
 from distspec.specs.mounts import parse_mounts
 
 __all__ = ["copy", "echo", "python", "sh", "touch"]

@@ -9,10 +9,10 @@ import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from distspec.errors import CompileError
+from distspec.frozen import frozen, frozendict, replace
 from distspec.schedulers.api import Capabilities
 from distspec.specs import macros
 from distspec.specs.app import AppDef, Role
-from distspec.specs.frozen import frozen, frozendict, replace
 from distspec.specs.macros import Macro
 from distspec.torchrun_output import RANK_PREFIX_ENV, RANK_PREFIX_TEMPLATE
 

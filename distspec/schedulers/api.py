@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from distspec.errors import SchedulerError
+from distspec.frozen import FrozenDict, field, frozen
 from distspec.specs.app import SCRIPT_METADATA, AppDef
-from distspec.specs.frozen import FrozenDict, field, frozen
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
 

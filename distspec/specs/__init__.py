@@ -9,8 +9,8 @@ from distspec._lazy import lazy_getattr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from distspec.frozen import FrozenDict, frozendict
     from distspec.specs.app import AppDef, Resource, RetryPolicy, Role
-    from distspec.specs.frozen import FrozenDict, frozendict
     from distspec.specs.handles import AppHandle
     from distspec.specs.macros import Macro
     from distspec.specs.mounts import BindMount, DeviceMount, Mount, VolumeMount
@@ -22,8 +22,8 @@ _WHERE = {
     "Resource": "app",
     "RetryPolicy": "app",
     "Role": "app",
-    "FrozenDict": "frozen",
-    "frozendict": "frozen",
+    "FrozenDict": "distspec.frozen",
+    "frozendict": "distspec.frozen",
     "AppHandle": "handles",
     "Macro": "macros",
     "BindMount": "mounts",

@@ -2,7 +2,7 @@
 
 Frozen and validated at construction: an invalid AppDef cannot exist.
 Derive a changed one with :func:`dataclasses.replace` (or
-:func:`distspec.specs.frozen.replace`, which does not import ``dataclasses``).
+:func:`distspec.frozen.replace`, which does not import ``dataclasses``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 
 from distspec.errors import SpecError
-from distspec.specs.frozen import FrozenDict, field, fields, frozen, frozendict
+from distspec.frozen import FrozenDict, field, fields, frozen, frozendict
 from distspec.specs.topology import MAX_NODES
 
 TYPE_CHECKING = False

@@ -14,7 +14,7 @@ when tp divides the processes per node. Data parallel is derived when not given.
 from __future__ import annotations
 
 from distspec.errors import SpecError
-from distspec.specs.frozen import frozen
+from distspec.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

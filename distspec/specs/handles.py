@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from distspec.errors import HandleError
-from distspec.specs.frozen import frozen
+from distspec.frozen import frozen
 
 __all__ = ["AppHandle"]
 

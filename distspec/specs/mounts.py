@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distspec.errors import SpecError
-from distspec.specs.frozen import frozen
+from distspec.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from distspec._typing import union_members
 from distspec.errors import OptionError
-from distspec.specs.frozen import MISSING, FrozenDict, field, fields, frozen
+from distspec.frozen import MISSING, FrozenDict, field, fields, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def option(default: Any, help: str) -> Any:
     A ``@dataclass`` decorator is evaluated before the class body it decorates, so
     ``dataclasses`` is loaded by the time its options are declared: they get a
     ``dataclasses.field``. Otherwise (``@frozen``, which also accepts that) the field
-    comes from :mod:`distspec.specs.frozen` and ``dataclasses`` stays unimported.
+    comes from :mod:`distspec.frozen` and ``dataclasses`` stays unimported.
     """
     dc = sys.modules.get("dataclasses")
     if dc is not None:

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from distspec.errors import SpecError
+from distspec.frozen import frozendict
 from distspec.specs.app import Resource
-from distspec.specs.frozen import frozendict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from distspec.specs.frozen import field, frozen
+from distspec.frozen import field, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 
 from distspec.errors import ComponentError, TopologyError
-from distspec.specs.frozen import frozen
+from distspec.frozen import frozen
 
 __all__ = [
     "MAX_NODES",

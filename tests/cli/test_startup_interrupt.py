@@ -311,7 +311,7 @@ def test_what_counts_as_pythons_own_start_up() -> None:
     ours = (  # a Ctrl-C inside distspec's own code must never print this
         "Traceback (most recent call last):\n"
         f'  File "{DISTSPEC}", line 5, in <module>\n'
-        f'  File "{REPO}/distspec/specs/frozen.py", line 219, in __set_name__\n'
+        f'  File "{REPO}/distspec/frozen.py", line 219, in __set_name__\n'
         "RuntimeError: Error calling __set_name__ on '_DataclassView' instance\n"
     )
     assert _pythons_own_start_up(pth_line)

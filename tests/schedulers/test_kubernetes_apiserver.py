@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 import pytest
 
 from distspec.errors import CompileError, UsageError
+from distspec.frozen import FrozenDict
 from distspec.schedulers.api import Request
 from distspec.schedulers.kubernetes import KubernetesScheduler
 from distspec.specs.app import AppDef, Resource, Role
-from distspec.specs.frozen import FrozenDict
 from distspec.specs.state import AppState
 from tests.k8s_apiserver import require_apiserver
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from distspec.errors import OptionError
-from distspec.specs.frozen import FrozenDict
+from distspec.frozen import FrozenDict
 from distspec.specs.options import (
     option,
     option_specs,

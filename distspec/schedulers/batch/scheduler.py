@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 
 from distspec.errors import CompileError, SchedulerError, UsageError
+from distspec.frozen import FrozenDict, frozen
 from distspec.schedulers._common import (
     check_capabilities,
     log_file_name,
@@ -22,7 +23,6 @@ from distspec.schedulers._common import (
 )
 from distspec.schedulers.api import CommandResult, JobPaths, Request, Scheduler
 from distspec.schedulers.batch.script import safe_app_id
-from distspec.specs.frozen import FrozenDict, frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
-"""Kubernetes: each replica a pod of an Indexed Job (plus a headless Service), a
-JobSet or a Volcano Job.
+"""The Kubernetes backend: Indexed Job + headless Service, or JobSet, or Volcano.
+
+Each replica is a pod.
 
 The pure half, AppDef + options -> manifests:
 

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from distspec.errors import CompileError, ConfigError, SchedulerError, UsageError
+from distspec.frozen import frozen
 from distspec.schedulers.kubernetes.names import NAME
 from distspec.schedulers.kubernetes.options import Flavor
-from distspec.specs.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from distspec.frozen import frozen
 from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
 from distspec.specs import macros
-from distspec.specs.frozen import frozen
 from distspec.specs.macros import Macro
 
 TYPE_CHECKING = False

@@ -5,9 +5,9 @@ on what it creates."""
 
 from __future__ import annotations
 
+from distspec.frozen import frozen
 from distspec.schedulers.kubernetes.options import Flavor
 from distspec.specs.app import NAME_CHARS
-from distspec.specs.frozen import frozen
 
 __all__ = [
     "APP_ID_LABEL",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 
-from distspec.specs.frozen import FrozenDict, frozen
+from distspec.frozen import FrozenDict, frozen
 from distspec.specs.options import option
 
 __all__ = ["Flavor", "KubernetesOptions"]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from distspec.errors import AppNotFound, SchedulerError
+from distspec.frozen import FrozenDict, replace
 from distspec.schedulers._common import check_capabilities
 from distspec.schedulers.api import (
     AppSummary,
@@ -51,7 +52,6 @@ from distspec.schedulers.kubernetes.names import (
 )
 from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
 from distspec.schedulers.kubernetes.status import app_status, by_replica, parse_time, summary_state
-from distspec.specs.frozen import FrozenDict, replace
 from distspec.specs.macros import Macro
 from distspec.specs.state import AppState, AppStatus
 

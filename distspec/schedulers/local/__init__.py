@@ -1,5 +1,5 @@
-"""``local_cwd``: every replica on this machine, as a process group, under a detached
-supervisor, in the current directory (the default backend).
+"""``local_cwd``: run every replica on this machine, as a process group, under a
+detached supervisor, in the current directory (the default backend).
 
 The CLI's side:
 

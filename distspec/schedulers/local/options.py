@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from distspec.specs.frozen import frozen
+from distspec.frozen import frozen
 from distspec.specs.options import option
 
 __all__ = ["LocalOptions", "default_state_dir"]

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from distspec.errors import SchedulerError, UsageError
+from distspec.frozen import frozendict
 from distspec.schedulers._common import check_capabilities, log_file_name
 from distspec.schedulers.api import (
     SCRIPT_METADATA,
@@ -29,7 +30,6 @@ from distspec.schedulers.local.options import LocalOptions, default_state_dir
 from distspec.schedulers.local.plan import BY_HAND, LOG_PATTERN, plan_files
 from distspec.schedulers.local.status import TERMINAL
 from distspec.specs.app import AppDef
-from distspec.specs.frozen import frozendict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

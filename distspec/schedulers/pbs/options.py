@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
+from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
 from distspec.specs.app import NAME_CHARS
-from distspec.specs.frozen import frozen
 from distspec.specs.options import option
 
 __all__ = [

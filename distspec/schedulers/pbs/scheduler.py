@@ -25,6 +25,7 @@ job folder when PBS has forgotten the job.
 from __future__ import annotations
 
 from distspec.errors import SchedulerError, UsageError
+from distspec.frozen import FrozenDict
 from distspec.schedulers._common import submit_env
 from distspec.schedulers.api import AppSummary, Capabilities
 from distspec.schedulers.batch.folder import parse_int, read_job_folder
@@ -43,7 +44,6 @@ from distspec.schedulers.pbs.status import (
     parse_qstat,
     replica_status,
 )
-from distspec.specs.frozen import FrozenDict
 from distspec.specs.state import AppState, AppStatus, RoleStatus
 
 TYPE_CHECKING = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from distspec.frozen import FrozenDict, frozen
 from distspec.schedulers.batch.folder import (
     exit_code,
     parse_int,
@@ -17,7 +18,6 @@ from distspec.schedulers.batch.folder import (
     replica_host,
     replica_state,
 )
-from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, ReplicaStatus
 from distspec.torchrun_output import signal_name
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from distspec.frozen import FrozenDict, frozen
 from distspec.schedulers.api import AppSummary
 from distspec.schedulers.batch.folder import exit_code, replica_exit, replica_host, replica_state
-from distspec.specs.frozen import FrozenDict, frozen
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
 __all__ = [

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distspec.specs.frozen import FrozenDict, fields, frozen, frozendict, replace
-from distspec.specs.frozen import field as frozen_field
+from distspec.frozen import FrozenDict, fields, frozen, frozendict, replace
+from distspec.frozen import field as frozen_field
 
 
 @frozen
@@ -209,7 +209,7 @@ def test_classvar_annotation_is_not_a_field_even_before_typing_is_imported() -> 
     code = """
 from __future__ import annotations
 import dataclasses, sys
-from distspec.specs.frozen import frozen
+from distspec.frozen import frozen
 
 @frozen
 class WithClassVar:
@@ -273,7 +273,7 @@ def test_defining_and_using_records_does_not_import_dataclasses() -> None:
     code = """
 import sys
 from distspec.specs.app import AppDef, Resource, Role
-from distspec.specs.frozen import replace
+from distspec.frozen import replace
 role = Role(name="r", entrypoint="e", resource=Resource(cpu=2))
 app = replace(AppDef(name="a", roles=(role,)), name="b")
 assert app.name == "b" and hash(app) and repr(app)
