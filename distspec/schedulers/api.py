@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from distspec.errors import SchedulerError
+from distspec.errors import CompileError, SchedulerError
 from distspec.frozen import FrozenDict, field, frozen
 from distspec.specs.app import SCRIPT_METADATA, AppDef
 from distspec.specs.macros import Macro
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+    from distspec.specs.mounts import Mount
     from distspec.specs.state import AppState, AppStatus
 else:
     from distspec._typing import Generic, Protocol, TypeVar
@@ -40,6 +41,7 @@ __all__ = [
     "JobPaths",
     "Request",
     "Scheduler",
+    "check_capabilities",
     "run_command",
 ]
 
@@ -122,6 +124,48 @@ class Capabilities:
     #: The backend keeps whole runs (their logs too) under the state directory, so
     #: ``distspec prune`` can remove them.
     prunable: bool = False
+
+
+def check_capabilities(app: AppDef, caps: Capabilities, scheduler: str) -> None:
+    """Raise CompileError for anything in ``app`` that ``caps`` says the backend cannot do."""
+    from distspec.schedulers.shell import used_macros
+
+    if len(app.roles) > 1 and not caps.multi_role:
+        raise CompileError(
+            scheduler, f"app {app.name!r} has {len(app.roles)} roles; this backend runs one"
+        )
+    for role in app.roles:
+        missing = used_macros(role) - caps.macros
+        if missing:
+            names = ", ".join(sorted(m.token for m in missing))
+            raise CompileError(
+                scheduler, f"role {role.name!r} uses {names}, which this backend cannot provide"
+            )
+        if role.elastic and not caps.elastic:
+            raise CompileError(
+                scheduler,
+                f"role {role.name!r} is elastic ({role.min_replicas}:{role.num_replicas}); "
+                "this backend needs a fixed node count",
+            )
+        if caps.needs_image and not role.image:
+            raise CompileError(scheduler, f"role {role.name!r} needs an image (--image)")
+        for mount in role.mounts:
+            kind = _mount_kind(mount)
+            if kind not in caps.mount_kinds:
+                raise CompileError(
+                    scheduler, f"role {role.name!r}: {kind} mounts are not supported here"
+                )
+
+
+def _mount_kind(mount: Mount) -> str:
+    """``bind``, ``volume`` or ``device``: the names :attr:`Capabilities.mount_kinds` uses."""
+    from distspec.specs.mounts import BindMount, VolumeMount
+
+    if isinstance(mount, BindMount):
+        return "bind"
+    if isinstance(mount, VolumeMount):
+        return "volume"
+    return "device"
 
 
 @frozen

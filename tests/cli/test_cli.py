@@ -70,12 +70,15 @@ def _home(scheduler: str) -> str:
 
 
 def backends(modules: set[str]) -> set[str]:
+    """The builtin backends (their packages, or the local_cwd alias) among ``modules``;
+    what they share (api, shell, logs, batch, ...) is not a backend."""
+    from distspec.schedulers._registry import BUILTIN_SCHEDULERS
+
+    homes = {_home(name) for name in BUILTIN_SCHEDULERS} | set(BUILTIN_SCHEDULERS)
     return {
         m.split(".")[2]
         for m in modules
-        if m.startswith("distspec.schedulers.")
-        and not m.split(".")[2].startswith("_")
-        and m.split(".")[2] not in ("api", "batch")
+        if m.startswith("distspec.schedulers.") and m.split(".")[2] in homes
     }
 
 

@@ -8,14 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distspec.errors import CompileError
-from distspec.schedulers._common import (
-    ShellExpr,
-    check_capabilities,
-    filter_lines,
-    shell_join,
-    shell_word,
-)
-from distspec.schedulers.api import Capabilities
+from distspec.schedulers.api import Capabilities, check_capabilities
+from distspec.schedulers.logs import filter_lines
+from distspec.schedulers.shell import ShellExpr, shell_join, shell_word
 from distspec.specs import AppDef, Role
 from distspec.specs.macros import Macro
 

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from distspec.schedulers._common import log_file_name
+from distspec.schedulers.logs import log_file_name
 from distspec.specs.state import AppState
 from distspec.torchrun_output import signal_name, torchrun_root_cause
 

@@ -15,14 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from distspec.errors import CompileError, SchedulerError, UsageError
 from distspec.frozen import FrozenDict, frozen
-from distspec.schedulers._common import (
-    check_capabilities,
-    log_file_name,
-    read_log_lines,
-    with_location,
-)
-from distspec.schedulers.api import CommandResult, JobPaths, Request, Scheduler
+from distspec.schedulers.api import CommandResult, JobPaths, Request, Scheduler, check_capabilities
 from distspec.schedulers.batch.script import safe_app_id
+from distspec.schedulers.logs import log_file_name, read_log_lines, with_location
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

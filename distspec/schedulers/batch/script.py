@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
-from distspec.schedulers._common import MacroValues, shell_join, shell_word
+from distspec.schedulers.shell import MacroValues, shell_join, shell_word
 from distspec.specs.app import NAME_CHARS, Role
 
 __all__ = [

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 
 from distspec.errors import AppNotFound, SchedulerError
 from distspec.frozen import FrozenDict, replace
-from distspec.schedulers._common import check_capabilities
 from distspec.schedulers.api import (
     AppSummary,
     Capabilities,
@@ -25,6 +24,7 @@ from distspec.schedulers.api import (
     JobPaths,
     Request,
     Scheduler,
+    check_capabilities,
     run_command,
 )
 from distspec.schedulers.kubernetes.client import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from distspec.errors import SchedulerError
-from distspec.schedulers._common import submit_env
+from distspec.schedulers.environment import submit_env
 from distspec.schedulers.local.processes import APP_ID_ENV, hunt
 
 TYPE_CHECKING = False

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from distspec.schedulers._common import log_file_name
 from distspec.schedulers.local.files import PLAN_FILE
+from distspec.schedulers.logs import log_file_name
 from distspec.specs.macros import Macro
 from distspec.torchrun import job_rdzv_port
 

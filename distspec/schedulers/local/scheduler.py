@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 
 from distspec.errors import SchedulerError, UsageError
 from distspec.frozen import frozendict
-from distspec.schedulers._common import check_capabilities, log_file_name
 from distspec.schedulers.api import (
     SCRIPT_METADATA,
     AppSummary,
@@ -24,11 +23,13 @@ from distspec.schedulers.api import (
     JobPaths,
     Request,
     Scheduler,
+    check_capabilities,
 )
 from distspec.schedulers.local.files import PLAN_FILE
 from distspec.schedulers.local.options import LocalOptions, default_state_dir
 from distspec.schedulers.local.plan import BY_HAND, LOG_PATTERN, plan_files
 from distspec.schedulers.local.status import TERMINAL
+from distspec.schedulers.logs import log_file_name
 from distspec.specs.app import AppDef
 
 TYPE_CHECKING = False

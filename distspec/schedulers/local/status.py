@@ -9,8 +9,8 @@ import os
 
 from distspec.errors import SchedulerError
 from distspec.frozen import frozendict
-from distspec.schedulers._common import log_file_name
 from distspec.schedulers.api import AppSummary
+from distspec.schedulers.logs import log_file_name
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
 
 TYPE_CHECKING = False

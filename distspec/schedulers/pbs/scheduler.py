@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from distspec.errors import SchedulerError, UsageError
 from distspec.frozen import FrozenDict
-from distspec.schedulers._common import submit_env
 from distspec.schedulers.api import AppSummary, Capabilities
 from distspec.schedulers.batch.folder import parse_int, read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord, write_private
+from distspec.schedulers.environment import submit_env
 from distspec.schedulers.pbs.options import NAME, PbsOptions
 from distspec.schedulers.pbs.script import compile_script
 from distspec.schedulers.pbs.status import (

@@ -21,7 +21,6 @@ import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
-from distspec.schedulers._common import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.schedulers.batch import script as batch
 from distspec.schedulers.pbs.options import (
     NAME,
@@ -32,6 +31,7 @@ from distspec.schedulers.pbs.options import (
     check_options,
     qsub_args_directives,
 )
+from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.specs.app import AppDef, RetryPolicy, Role
 from distspec.specs.macros import Macro
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN

@@ -22,10 +22,10 @@ MinJobAge) it falls back to what the job folder recorded.
 from __future__ import annotations
 
 from distspec.errors import SchedulerError, UsageError
-from distspec.schedulers._common import submit_env
 from distspec.schedulers.api import AppSummary, Capabilities
 from distspec.schedulers.batch.folder import read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord
+from distspec.schedulers.environment import submit_env
 from distspec.schedulers.slurm.options import NAME, SlurmOptions
 from distspec.schedulers.slurm.script import compile_script
 from distspec.schedulers.slurm.status import (

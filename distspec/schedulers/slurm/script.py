@@ -20,14 +20,9 @@ from __future__ import annotations
 import re
 
 from distspec.errors import CompileError
-from distspec.schedulers._common import (
-    MacroValues,
-    ShellExpr,
-    log_file_name,
-    shell_join,
-    shell_word,
-)
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.logs import log_file_name
+from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.schedulers.slurm.options import (
     NAME,
     GpuFlag,
