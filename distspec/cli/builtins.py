@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec builtins`` to ``parser``."""
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -62,6 +63,7 @@ def collect() -> tuple[list[dict[str, str]], list[dict[str, str]], list[str]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec builtins`` with the parsed ``args``; returns the exit code."""
     import sys
 
     from distspec.cli._shared import print_json

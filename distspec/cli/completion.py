@@ -21,6 +21,7 @@ install:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec completion`` to ``parser``."""
     parser.epilog = EPILOG
     parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
 
@@ -86,6 +87,7 @@ complete -o bashdefault -F _distspec_complete distspec
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec completion`` with the parsed ``args``; returns the exit code."""
     try:
         import shtab
     except ImportError:  # a dependency, but an environment may lack it

@@ -19,10 +19,12 @@ __all__ = ["MASK", "add_arguments", "main", "masked", "show"]
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec config`` to ``parser``."""
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec config`` with the parsed ``args``; returns the exit code."""
     return show(as_json=args.json)
 
 

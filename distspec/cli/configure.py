@@ -13,6 +13,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec configure`` to ``parser``."""
     from distspec.cli._shared import add_scheduler
 
     add_scheduler(parser, "the scheduler to configure")
@@ -52,6 +53,7 @@ def render_section(scheduler: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec configure`` with the parsed ``args``; returns the exit code."""
     import os
     import stat
 

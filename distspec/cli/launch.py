@@ -41,6 +41,7 @@ LAUNCHERS = ("auto", "srun", "mpiexec", "torchrun")
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec launch`` to ``parser``."""
     parser.epilog = EPILOG
     parser.add_argument(
         "-j",
@@ -119,6 +120,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec launch`` with the parsed ``args``; returns the exit code."""
     import os
     import sys
 

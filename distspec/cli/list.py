@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec list`` to ``parser``."""
     from distspec.cli._shared import add_scheduler
 
     add_scheduler(parser, "which backend (default: the configured one)")
@@ -62,6 +63,7 @@ def times(app: AppSummary) -> tuple[float | None, float | None]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec list`` with the parsed ``args``; returns the exit code."""
     import time
 
     from distspec.cli._shared import make_runner, print_json

@@ -13,6 +13,7 @@ _MAX_COUNT = 2**31 - 1
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec log`` to ``parser``."""
     from distspec.cli._shared import add_handle
 
     add_handle(parser)
@@ -71,6 +72,7 @@ def parse_since(text: str) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec log`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import make_runner
     from distspec.errors import UsageError
 

@@ -22,6 +22,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec prune`` to ``parser``."""
     from distspec.cli._shared import add_scheduler
     from distspec.config import DEFAULT_SCHEDULER
 
@@ -62,6 +63,7 @@ def parse_age(text: str) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec prune`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import make_runner, print_json
     from distspec.cli.list import parse_states
     from distspec.errors import UsageError

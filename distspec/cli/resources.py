@@ -18,6 +18,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec resources`` to ``parser``."""
     parser.epilog = EPILOG
     parser.add_argument("names", nargs="*", metavar="NAME", help="only these (default: all)")
     parser.add_argument("--gpus", type=int, metavar="N", help="only host types with N GPUs")
@@ -25,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec resources`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import print_json
     from distspec.errors import UsageError
     from distspec.specs.resources import NamedResources, ResourceInfo

@@ -49,6 +49,7 @@ SECOND_INTERRUPT_WINDOW = 3.0
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec run`` to ``parser``."""
     from distspec.cli._shared import add_scheduler
 
     parser.epilog = EPILOG
@@ -93,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec run`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import make_runner, print_json
     from distspec.components.binder import ComponentHelp
     from distspec.components.loader import load

@@ -7,11 +7,13 @@ import textwrap
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec runopts`` to ``parser``."""
     parser.add_argument("scheduler", nargs="?", help="one scheduler (default: all built-ins)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec runopts`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import print_json
     from distspec.errors import SchedulerError
     from distspec.schedulers._registry import SchedulerRegistry

@@ -35,6 +35,7 @@ exit codes: 0 described; 2 malformed handle or unknown app. With --exit-status:
 
 
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Add the arguments of ``distspec status`` or ``describe`` (``verb``) to ``parser``."""
     from distspec.cli._shared import add_handle
 
     parser.epilog = EPILOG
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run ``distspec status`` or ``describe`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import make_runner, print_json
 
     status = make_runner().status(args.handle)
