@@ -109,6 +109,7 @@ class Resource:
         object.__setattr__(self, "devices", frozendict(self.devices))
 
     def to_dict(self) -> dict[str, Any]:
+        """This resource as plain JSON-ready values (the mappings as dicts)."""
         return {
             "cpu": self.cpu,
             "gpu": self.gpu,
@@ -119,6 +120,7 @@ class Resource:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Resource:
+        """The resource :meth:`to_dict` wrote."""
         return cls(**data)
 
 
@@ -178,9 +180,11 @@ class Role:
 
     @property
     def elastic(self) -> bool:
+        """True when the replica count may shrink to ``min_replicas``."""
         return self.min_replicas is not None and self.min_replicas != self.num_replicas
 
     def to_dict(self) -> dict[str, Any]:
+        """This role as JSON-ready values (tuples as lists; mounts and resource as dicts)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -201,6 +205,7 @@ class Role:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Role:
+        """The role :meth:`to_dict` wrote."""
         kwargs = dict(data)
         kwargs["args"] = tuple(kwargs.get("args", ()))
         kwargs["resource"] = Resource.from_dict(kwargs.get("resource", {}))
@@ -246,6 +251,7 @@ class AppDef:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AppDef:
+        """The app :meth:`to_dict` wrote."""
         return cls(
             name=data["name"],
             roles=tuple(Role.from_dict(r) for r in data["roles"]),

@@ -41,6 +41,7 @@ class AppHandle:
         return cls(**match.groupdict())
 
     def format(self) -> str:
+        """The handle as text, ``scheduler://session/app_id`` (what :meth:`parse` reads)."""
         return f"{self.scheduler}://{self.session}/{self.app_id}"
 
     def __str__(self) -> str:

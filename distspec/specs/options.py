@@ -81,6 +81,7 @@ class OptionSpec:
 
     @property
     def type_name(self) -> str:
+        """The type as ``distspec runopts`` shows it (the choices, if any; ``?`` when optional)."""
         base = {"list": "list (a;b)", "dict": "map (k=v;k2=v2)"}.get(self.kind, self.kind)
         if self.choices:
             base = "|".join(self.choices)

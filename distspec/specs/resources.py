@@ -198,6 +198,7 @@ class ResourceInfo:
         self.resource = resource
 
     def to_dict(self) -> dict[str, object]:
+        """This row as JSON-ready values: name, origin and the resource's fields."""
         return {"name": self.name, "origin": self.origin, **self.resource.to_dict()}
 
 
@@ -213,6 +214,7 @@ class NamedResources:
         self._extra = dict(extra or {})
 
     def names(self) -> list[str]:
+        """Every name, built in, given or from a plugin, sorted."""
         return sorted({*self._builtins, *self._extra, *self._plugin_names()})
 
     def get(self, name: str) -> Resource:

@@ -27,6 +27,7 @@ class AppState(str, enum.Enum):
 
     @property
     def is_terminal(self) -> bool:
+        """True for a state that does not change again: SUCCEEDED, FAILED or CANCELLED."""
         return self in _TERMINAL
 
     def __str__(self) -> str:
@@ -67,6 +68,7 @@ class ReplicaStatus:
         return " ".join(bits)
 
     def to_dict(self) -> dict[str, Any]:
+        """This replica's status as JSON-ready values."""
         return {
             "role": self.role,
             "id": self.id,
@@ -91,9 +93,11 @@ class RoleStatus:
     command: str = ""
 
     def count(self, state: AppState) -> int:
+        """How many of the role's replicas are in ``state``."""
         return sum(1 for r in self.replicas if r.state is state)
 
     def to_dict(self) -> dict[str, Any]:
+        """This role's status as JSON-ready values."""
         return {
             "role": self.role,
             "command": self.command,
@@ -133,6 +137,7 @@ class AppStatus:
 
     @property
     def is_terminal(self) -> bool:
+        """True when the app's state does not change again."""
         return self.state.is_terminal
 
     def first_failure(self) -> ReplicaStatus | None:
@@ -143,6 +148,7 @@ class AppStatus:
         return pool[0] if pool else None
 
     def to_dict(self) -> dict[str, Any]:
+        """This status as JSON-ready values (``distspec status --json`` prints it)."""
         return {
             "state": self.state.value,
             "msg": self.msg,

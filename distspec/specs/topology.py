@@ -66,6 +66,7 @@ class Topology:
 
     @property
     def world_size(self) -> int:
+        """The number of processes: nodes times processes per node."""
         return self.nodes * self.nproc_per_node
 
     @classmethod
