@@ -19,6 +19,12 @@ import sys as _sys
 def _interrupted_at_startup(signum: int, frame: object) -> None:
     """SIGINT while the ``distspec`` command still imports: one line, exit 130, no
     traceback (nothing has been written or started yet)."""
+    _exit_interrupted()
+
+
+def _exit_interrupted() -> None:
+    """End the process at once with ``distspec: interrupted`` and exit code 130
+    (also what ``distspec.cli.main.run`` does on a Ctrl-C while flushing at exit)."""
     import os
 
     try:

@@ -242,13 +242,9 @@ def run() -> None:
     try:
         fast_exit(code)
     except KeyboardInterrupt:  # while flushing the output at exit
-        import os
+        import distspec
 
-        try:
-            os.write(2, b"distspec: interrupted\n")
-        except OSError:
-            pass
-        os._exit(130)
+        distspec._exit_interrupted()
 
 
 def _restore_interrupts() -> None:
