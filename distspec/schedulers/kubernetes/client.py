@@ -45,6 +45,9 @@ _READ_ATTEMPTS = 3
 
 @frozen(kw_only=False)
 class Conn:
+    """Which cluster to talk to: a kubeconfig file (default: ``$KUBECONFIG`` or the client's own)
+    and a context in it."""
+
     kubeconfig: str | None = None
     context: str | None = None
 
@@ -54,6 +57,8 @@ class StreamDropped(Exception):
 
 
 def load_client(conn: Conn) -> Any:
+    """An API client for ``conn``; a missing kubernetes package or a bad kubeconfig is a distspec
+    error."""
     try:
         from kubernetes import client
         from kubernetes import config as _config
@@ -167,6 +172,8 @@ class Kube:
     def create(
         self, gvr: tuple[str, str, str], ns: str, body: dict[str, Any], *, dry_run: bool, what: str
     ) -> dict[str, Any]:
+        """Create the custom object ``body`` of ``gvr`` in namespace ``ns`` (with ``dry_run``
+        the server checks it and stores nothing); the object as created."""
         group, version, plural = gvr
         result: dict[str, Any] = self._call(
             lambda: self.custom.create_namespaced_custom_object(
@@ -186,6 +193,8 @@ class Kube:
     def create_service(
         self, ns: str, body: dict[str, Any], *, dry_run: bool, what: str
     ) -> dict[str, Any]:
+        """Create the Service ``body`` in namespace ``ns`` (with ``dry_run`` the server checks
+        it and stores nothing); the object as created."""
         result: dict[str, Any] = self._call(
             lambda: self.core.create_namespaced_service(
                 ns, body, dry_run="All" if dry_run else None, _preload_content=False
@@ -198,6 +207,8 @@ class Kube:
     def get(
         self, gvr: tuple[str, str, str], ns: str, name: str, *, quiet: bool = False
     ) -> dict[str, Any] | None:
+        """The custom object ``ns/name`` of ``gvr``, or None when it does not exist (or, with
+        ``quiet``, is forbidden)."""
         group, version, plural = gvr
         try:
             result: dict[str, Any] = self._call(
@@ -216,6 +227,8 @@ class Kube:
     def list_objects(
         self, gvr: tuple[str, str, str], ns: str | None, selector: str, *, quiet: bool = False
     ) -> list[dict[str, Any]]:
+        """The objects of ``gvr`` that match label ``selector``, in ``ns`` or (None) every
+        namespace; with ``quiet`` none when the resource is forbidden or not installed."""
         group, version, plural = gvr
         what = f"{plural}.{group} ({selector})"
         try:
@@ -243,6 +256,7 @@ class Kube:
         return [_with_kind(item, data) for item in data.get("items") or []]
 
     def pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        """The pods of namespace ``ns`` that match label ``selector``."""
         data = self._call(
             lambda: self.core.list_namespaced_pod(
                 ns, label_selector=selector, _preload_content=False
@@ -253,6 +267,8 @@ class Kube:
         return list(data.get("items") or [])
 
     def delete(self, gvr: tuple[str, str, str], ns: str, name: str, *, missing_ok: bool) -> None:
+        """Delete the custom object ``ns/name`` of ``gvr`` and what it owns (foreground); with
+        ``missing_ok`` a missing one is no error."""
         group, version, plural = gvr
         try:
             self._call(
@@ -273,6 +289,8 @@ class Kube:
                 raise
 
     def delete_service(self, ns: str, name: str, *, missing_ok: bool) -> None:
+        """Delete the Service ``ns/name`` (foreground); with ``missing_ok`` a missing one is no
+        error."""
         try:
             self._call(
                 lambda: self.core.delete_namespaced_service(

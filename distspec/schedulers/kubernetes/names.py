@@ -106,6 +106,7 @@ class Names:
 
     @property
     def service(self) -> str:
+        """The headless Service that gives the pods their DNS names: the app id itself."""
         return self.app_id
 
     def job(self, role: str) -> str:

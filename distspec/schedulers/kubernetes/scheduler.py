@@ -106,6 +106,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     # -- the pure half ---------------------------------------------------------
 
     def compile(self, app: AppDef, opts: KubernetesOptions, *, app_id: str) -> Request:
+        """The app's manifests for the flavour in ``opts``: one YAML file and the
+        ``kubectl apply`` that would create them (submit creates them through the API)."""
         # Elastic roles are judged per flavour by build_manifests, with a better message.
         check_capabilities(app, replace(self.capabilities, elastic=True), self.name)
         docs = build_manifests(app, opts, app_id=app_id)
@@ -255,6 +257,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     # -- describe --------------------------------------------------------------
 
     def describe(self, app_id: str) -> AppStatus | None:
+        """The app's status from its JobSet or Volcano Job, its Jobs and its pods; None when none of
+        them exists (CANCELLED when this machine cancelled it)."""
         ns, kid, record, kube = self._locate(app_id)
         selector = f"{APP_ID_LABEL}={kid}"
         flavor = Flavor(record["flavor"]) if record.get("flavor") else None
@@ -379,6 +383,7 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             self._save_record(ns, kid, {**record, "cancelled": True})
 
     def list(self) -> list[AppSummary]:
+        """The apps distspec submitted, found by label across namespaces, newest first."""
         kube = self._client(Conn())
         selector = f"{MANAGED_BY_LABEL}=distspec"
         apps: dict[str, tuple[str, list[dict[str, Any]]]] = {}

@@ -79,6 +79,8 @@ def app_status(
 
 
 def summary_state(objs: list[dict[str, Any]]) -> tuple[AppState, str]:
+    """An app's state and message from its top-level objects alone (a Volcano Job, a JobSet or its
+    Jobs), as ``distspec list`` shows it."""
     for obj in objs:
         if obj.get("apiVersion", "").startswith("batch.volcano.sh"):
             return _volcano_state(obj)
@@ -96,6 +98,8 @@ def _created(obj: Mapping[str, Any]) -> str:
 
 
 def parse_time(ts: str) -> float:
+    """An RFC 3339 UTC timestamp from the API server (``2024-01-02T03:04:05Z``, fractions kept to
+    microseconds) as a POSIX time."""
     from datetime import datetime
 
     text = ts.rstrip("Z")
