@@ -64,6 +64,7 @@ def write_json_atomic(path: str, data: Any) -> None:
 
 
 def read_json(path: str) -> Any:
+    """The JSON value in the file at ``path``, read as :func:`read_regular` reads it."""
     return json.loads(read_regular(path).decode("utf-8"))
 
 
@@ -77,6 +78,8 @@ _KINDS = (
 
 
 def not_regular(mode: int) -> OSError | None:
+    """None for the ``mode`` of a regular file; else the OSError (EINVAL) that says what it is
+    instead."""
     if stat.S_ISREG(mode):
         return None
     kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
@@ -148,6 +151,7 @@ def release_reserve(run_dir: str) -> bool:
 
 
 def no_space(e: OSError) -> bool:
+    """True when ``e`` says the disk (or the user's quota) is full."""
     return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 

@@ -12,6 +12,8 @@ __all__ = ["LocalOptions", "default_state_dir"]
 
 @frozen
 class LocalOptions:
+    """Run options of the ``local_cwd`` backend (``-cfg k=v``)."""
+
     cwd: str | None = option(
         None,
         "Working directory of every replica (default: the role's image if it is set, "

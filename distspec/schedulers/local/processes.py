@@ -40,8 +40,10 @@ PR_SET_CHILD_SUBREAPER = 36
 def find_supervisor(app_id: str) -> int | None:
     """The pid of the live supervisor of ``app_id``, found by the :data:`APP_ID_ENV`
     marker every process of a run carries, or None. Works when the run directory is
-    gone. (Keepers are forks of the supervisor with the same command line; the
-    supervisor is the one whose parent is not one of them.)"""
+    gone.
+
+    Keepers are forks of the supervisor with the same command line; the supervisor is
+    the one whose parent is not one of them."""
     marker = f"{APP_ID_ENV}={app_id}".encode()
     found: dict[int, int] = {}
     for name in os.listdir("/proc"):
@@ -150,6 +152,7 @@ def descendants(root: int, exclude: set[int] | None = None) -> list[int]:
 
 
 def kill(pid: int, sig: int) -> None:
+    """``os.kill``, where a process that is gone or not the user's is no error."""
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -157,6 +160,7 @@ def kill(pid: int, sig: int) -> None:
 
 
 def killpg(pgid: int, sig: int) -> None:
+    """``os.killpg``, where a group that is gone or not the user's is no error."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -186,6 +190,7 @@ def hunt(app_id: str, *, sig: int = signal.SIGKILL) -> list[int]:
 
 
 def prctl(option: int, value: int) -> None:
+    """Linux's ``prctl(option, value)``, through libc; OSError when it fails."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)

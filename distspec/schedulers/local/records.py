@@ -26,11 +26,16 @@ _Time = Union[float, None]  # noqa: UP007
 
 
 class SupervisorRecord(TypedDict):
+    """The supervisor in ``state.json``: its pid and its start time, which tells it from a later
+    process given the same pid."""
+
     pid: int
     starttime: Union[int, None]  # noqa: UP007
 
 
 class ReplicaRecord(TypedDict):
+    """One replica in ``state.json`` (what the supervisor's ``Replica.to_dict`` writes)."""
+
     id: int
     state: str
     pid: Union[int, None]  # noqa: UP007
@@ -44,6 +49,8 @@ class ReplicaRecord(TypedDict):
 
 
 class RoleRecord(TypedDict):
+    """One role in ``state.json``: its name and its replicas."""
+
     role: str
     replicas: list[ReplicaRecord]
 

@@ -62,13 +62,16 @@ class Replica:
 
     @property
     def lost_note(self) -> str:
+        """What a message says about output its log never got, or "" when none was lost."""
         if not self.lost:
             return ""
         return f"logs truncated: {size_text(self.lost)} of output not written ({self.lost_error})"
 
     @property
     def live(self) -> bool:
+        """True while an attempt's keeper runs."""
         return self.keeper is not None
 
     def to_dict(self) -> dict[str, Any]:
+        """Its entry in ``state.json``."""
         return {key: getattr(self, key) for key in RECORD_KEYS}

@@ -233,6 +233,7 @@ class LocalScheduler(Scheduler[LocalOptions]):
         return error
 
     def describe(self, app_id: str) -> AppStatus | None:
+        """The run's status from its ``state.json``, or None when no run of that id is kept here."""
         from distspec.schedulers.local.status import role_commands, to_status
 
         data = self._checked_state(app_id)

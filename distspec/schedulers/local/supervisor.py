@@ -247,6 +247,8 @@ class Supervisor:
     # lifecycle
 
     def start(self, replica: Replica, msg_w: int, wake: list[int]) -> None:
+        """Start a new attempt of ``replica``: fork its keeper, which leads the attempt's process
+        group and starts its command."""
         replica.attempt += 1
         replica.state = "RUNNING"
         replica.exit_code = None
@@ -278,12 +280,16 @@ class Supervisor:
                 killpg(r.keeper, signal.SIGTERM)
 
     def next_deadline(self) -> float | None:
+        """When (monotonic time) a stopping replica is next due an escalation, or None when none is
+        stopping."""
         times = []
         for keeper, since in self.stopping.items():
             times.append(since + self.grace + (_KEEPER_TIMEOUT if keeper in self.escalated else 0))
         return min(times) if times else None
 
     def escalate(self) -> None:
+        """After the grace period, ask a stopping replica's keeper to kill its whole tree (SIGUSR1);
+        if the keeper does not end either, SIGKILL its process group."""
         now = time.monotonic()
         for keeper, since in list(self.stopping.items()):
             if keeper not in self.escalated and now >= since + self.grace:
@@ -293,6 +299,8 @@ class Supervisor:
                 killpg(keeper, signal.SIGKILL)  # an unresponsive keeper
 
     def on_exit(self, replica: Replica, status: int, msg_w: int, wake: list[int]) -> None:
+        """Record that ``replica``'s keeper ended (``status`` as waitpid gives it) and decide what
+        follows: success, a restart, or the failure of the run."""
         keeper = replica.keeper
         assert keeper is not None
         replica.keeper = None
@@ -381,11 +389,14 @@ class Supervisor:
             self.start(r, msg_w, wake)
 
     def cancel(self) -> None:
+        """Stop every live replica; the run ends CANCELLED unless its outcome was decided before."""
         if self.final is None:
             self.final = ("CANCELLED", "cancel requested")
         self.stop([r for r in self.replicas if r.live])
 
     def run(self, ready_fd: int | None) -> int:
+        """Start every replica, supervise them until the run has ended and write its final state;
+        the exit code (1 when the first state could not be written, as told on ``ready_fd``)."""
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         wake_r, wake_w = os.pipe()
         msg_r, msg_w = os.pipe()
