@@ -85,13 +85,21 @@ def split_rank(text: str, role: str = "") -> tuple[int | None, str]:
     (``[<role><local rank>]:``, giving no global rank), then the prefix torch's
     exception hook puts on a traceback after ``init_process_group`` (``[rank3]: ``).
     A line with none of them (torchrun's own messages, a plain program) has rank None.
+
+    A line that ends with its own tee prefix again (``[rank3]:step 7[rank3]:``) was cut
+    by torchrun's tailer: ``print()`` writes a line's text and its newline separately
+    (torchrun runs Python unbuffered), and the tailer, reading in between, printed the
+    text and then the newline, each with the prefix. The second prefix is dropped.
     """
     rank: int | None = None
     rest = text
     if rest.startswith("[rank"):
         end = rest.find("]:", 5)
         if end > 5 and rest[5:end].isdigit():
+            prefix = rest[: end + 2]
             rank, rest = int(rest[5:end]), rest[end + 2 :]
+            if rest.endswith(prefix):
+                rest = rest[: -len(prefix)]
     elif role and rest.startswith("[" + role):
         end = rest.find("]:", len(role) + 1)
         if end > len(role) + 1 and rest[len(role) + 1 : end].isdigit():

@@ -60,6 +60,12 @@ def test_line_of_rank(line: str, rank: int, mine: bool) -> None:
         ("[train1]:step", "train", (None, "step")),
         ("[rank3]:[rank2]: other", "", (3, "[rank2]: other")),
         ("torchrun says", "train", (None, "torchrun says")),
+        # Cut by torchrun's tailer between a line's text and its newline.
+        ("[rank3]:step 7[rank3]:", "", (3, "step 7")),
+        ("[rank3]:[rank3]:", "", (3, "")),
+        # Not a cut: another rank's prefix, or the prefix inside the text.
+        ("[rank3]:see [rank2]:", "", (3, "see [rank2]:")),
+        ("[rank3]:a [rank3]: b", "", (3, "a [rank3]: b")),
     ],
 )
 def test_split_rank(line: str, role: str, expected: tuple[int | None, str]) -> None:
@@ -145,3 +151,39 @@ def test_imports_nothing_but_itself() -> None:
         cwd=Path(__file__).resolve().parents[1],
     )
     assert out.stdout.strip() == "['__future__', 'distspec', 'distspec.torchrun_output']"
+
+
+@pytest.mark.torch
+def test_a_line_cut_by_torchruns_tailer_is_read_whole(tmp_path: Path) -> None:
+    """torchrun's --tee tailer, reading a worker's log between ``print()``'s two writes
+    (the text, then the newline), prints the line in two prefixed pieces; what it
+    prints reads back as the worker's one line."""
+    import io
+    import threading
+    import time
+
+    pytest.importorskip("torch")
+    from torch.distributed.elastic.multiprocessing.tail_log import tail_logfile
+
+    log = tmp_path / "stdout.log"
+    log.write_text("")
+    out = io.StringIO()
+    finished = threading.Event()
+    # As TailLog starts it for torchrun --tee (every line passes its filter).
+    tailer = threading.Thread(
+        target=tail_logfile,
+        args=("[rank3]:", str(log), out, finished, 0.01, lambda line: True),
+    )
+    tailer.start()
+    with log.open("a") as f:
+        f.write("step 7")  # print()'s first write
+        f.flush()
+        deadline = time.monotonic() + 10
+        while "step 7" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        f.write("\n")  # and its second
+    finished.set()
+    tailer.join(10)
+    printed = out.getvalue()
+    assert printed == "[rank3]:step 7[rank3]:\n"  # torchrun's cut, as it is
+    assert split_rank(printed.rstrip("\n")) == (3, "step 7")

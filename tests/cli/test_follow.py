@@ -93,14 +93,18 @@ def test_run_wait_streams_every_rank_exactly_once(
 @pytest.mark.torch
 def test_two_replicas_and_a_late_writer_are_followed(state_dir: Path, tmp_path: Path) -> None:
     # Two replicas (torchrun agents) of two workers; replica 1's workers start
-    # printing only after a pause, once the others are done.
+    # printing only after a pause, once the others are done. Each line is one write:
+    # print() writes the text and the newline separately (unbuffered under torchrun),
+    # and torchrun's --tee tailer, reading between the two on a loaded machine, would
+    # print the line in two pieces; that is torchrun's, not what this test is about.
     (tmp_path / "late.py").write_text(
-        "import os, time\n"
+        "import os, sys, time\n"
         "rank = int(os.environ['RANK'])\n"
         "if os.environ['GROUP_RANK'] == '1':\n"
         "    time.sleep(2)\n"
         "for i in range(100):\n"
-        "    print(f'seq {rank} {i}', flush=True)\n"
+        "    sys.stdout.write(f'seq {rank} {i}\\n')\n"
+        "    sys.stdout.flush()\n"
     )
     port = str(20000 + os.getpid() % 20000)
     proc = cli(
