@@ -69,7 +69,9 @@ class CommandRunner(Protocol):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout: float | None = None,
-    ) -> CommandResult: ...
+    ) -> CommandResult:
+        """Run ``argv`` to completion (``input`` on its stdin; ``env``, when given, its
+        whole environment) and return how it ended."""
 
 
 def run_command(

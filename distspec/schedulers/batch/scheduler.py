@@ -319,6 +319,8 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         )
 
     def describe(self, app_id: str) -> AppStatus | None:
+        """The job's status from the scheduler's answer and the job folder, or None when neither the
+        scheduler nor this state dir knows the job."""
         job_id = self._check_id(app_id)
         record = self._record(job_id)
         info = self._query(job_id)

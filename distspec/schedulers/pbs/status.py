@@ -225,6 +225,8 @@ def replica_status(
     msg: str,
     folder: str | None = None,
 ) -> ReplicaStatus:
+    """Replica ``i`` of ``role``: its state from the exit code it recorded in the job folder
+    (``files``) and the job's state, its host, and why it ended."""
     recorded = exit_code(files, role, i)
     code, why = replica_exit(folder, files, role, i)
     state = replica_state(recorded, job_state)

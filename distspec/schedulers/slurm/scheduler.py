@@ -217,6 +217,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
     # cancel, list ----------------------------------------------------------------
 
     def cancel(self, app_id: str) -> None:
+        """``scancel`` the job; a job already completing or completed is no error."""
         job_id = self._check_id(app_id)
         result = self._run(["scancel", job_id], "scancel", ok=False)
         if result.returncode != 0 and "already completing or completed" not in result.stderr:

@@ -213,7 +213,7 @@ def _nodes(role: Role) -> str:
 
 
 def _single_quoted(text: str) -> str:
-    """``text`` inside single quotes (each ``'`` written as ``'\\''``)."""
+    r"""``text`` inside single quotes (each ``'`` written as ``'\''``)."""
     return "'" + text.replace("'", "'\\''") + "'"
 
 

@@ -325,6 +325,8 @@ def replica_status(
     attempt: int,
     folder: str | None = None,
 ) -> ReplicaStatus:
+    """Replica ``i`` of ``role``: its state from the exit code it recorded in the job folder
+    (``files``) and the job's state, its host from the step ``comp``, and why it ended."""
     recorded = exit_code(files, role, i)
     code, why = replica_exit(folder, files, role, i)
     reason = comp.state if comp.state not in {"RUNNING", "COMPLETED", "PENDING"} else ""
