@@ -1,4 +1,4 @@
-"""Turn a component's typed signature and docstring into its command line.
+r"""Turn a component's typed signature and docstring into its command line.
 
 The parameter types a component may use are declared once, in :data:`KINDS`:
 
@@ -29,10 +29,10 @@ guessing would turn ``--debug True -j 2x8`` or ``--debug False`` into a differen
 job. Script arguments go after ``--`` (``--debug -- data.csv``).
 
 Escapes in lists and mappings: a backslash before a comma keeps the comma
-(``a\\,b`` is one item ``a,b``) and ``\\\\`` is one backslash; any other backslash
+(``a\,b`` is one item ``a,b``) and ``\\`` is one backslash; any other backslash
 is kept as written. In a mapping a comma starts a new pair only when ``KEY=``
 follows it, so ``--env PATHS=/a,/b,MODE=x`` is ``{"PATHS": "/a,/b", "MODE": "x"}``;
-``--env A=x\\,B=y`` is ``{"A": "x,B=y"}``. A value may contain ``=``: the first
+``--env A=x\,B=y`` is ``{"A": "x,B=y"}``. A value may contain ``=``: the first
 ``=`` of a pair ends the key.
 
 Script arguments (``*script_args``) are the first positional word and everything
@@ -164,10 +164,13 @@ class Param:
 
     @property
     def required(self) -> bool:
+        """True when the component gives no default, so the flag must be given."""
         return self.default is REQUIRED
 
     @property
     def flags(self) -> tuple[str, ...]:
+        """Its spellings on the command line: ``-x`` for a one-letter name, else ``--name`` (and
+        ``--na-me`` for a name with underscores), then its aliases."""
         if len(self.name) == 1:
             return (f"-{self.name}",)
         dashed = self.name.replace("_", "-")
@@ -184,6 +187,8 @@ class Param:
 
     @property
     def type_name(self) -> str:
+        """The type as messages and ``--help`` show it (``{a,b}`` for an enum; ``| None`` when
+        optional)."""
         if self.kind is Kind.ENUM:
             assert self.enum_type is not None
             base = "{" + ",".join(str(m.value) for m in self.enum_type) + "}"
@@ -300,7 +305,7 @@ def _escape(text: str) -> str:
 
 
 def parse_list(text: str) -> list[str]:
-    """``a,b\\,c`` → ``["a", "b,c"]``; empty items are dropped."""
+    r"""``a,b\,c`` → ``["a", "b,c"]``; empty items are dropped."""
     return [item for item in (_unescape(p) for p in _split(text, pairs=False)) if item]
 
 

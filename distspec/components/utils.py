@@ -41,7 +41,7 @@ def sh(
     h: str | None = None,
     mounts: list[str] | None = None,
 ) -> AppDef:
-    """Run a shell command with ``sh -c``; the words are joined with spaces.
+    r"""Run a shell command with ``sh -c``; the words are joined with spaces.
 
     Example: ``distspec run utils.sh -- 'nvidia-smi && hostname'``
 
@@ -49,7 +49,7 @@ def sh(
         args: the command and its arguments, joined with spaces into the ``sh -c`` script.
         image: the container image; empty runs in the scheduler's current environment.
         num_replicas: how many copies to run.
-        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
+        env: environment variables, ``K=V,K2=V2``; ``\,`` keeps a comma.
         h: a named host type (``cpu.small``, ``gpu.large``) for each replica.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``.
     """
@@ -83,7 +83,7 @@ def python(
     env: dict[str, str] | None = None,
     mounts: list[str] | None = None,
 ) -> AppDef:
-    """Run Python: a module (-m), a command string (-c) or a script (--script).
+    r"""Run Python: a module (-m), a command string (-c) or a script (--script).
 
     Example: ``distspec run utils.python -c 'import torch; print(torch.__version__)'``
 
@@ -99,7 +99,7 @@ def python(
         cpu: CPUs per replica; without it and -h, the cluster's default.
         gpu: GPUs per replica (0 without -h).
         mem_mb: memory per replica in MiB; without it and -h, the cluster's default.
-        env: environment variables, ``K=V,K2=V2``; ``\\,`` keeps a comma.
+        env: environment variables, ``K=V,K2=V2``; ``\,`` keeps a comma.
         mounts: mounts, each ``type=bind|volume|device,src=SRC,dst=DST[,readonly]``.
     """
     given = [flag for flag, v in (("-m", m), ("-c", c), ("--script", script)) if v is not None]
