@@ -122,6 +122,7 @@ class DistEnv:
 
     @property
     def is_main(self) -> bool:
+        """True on global rank 0."""
         return self.rank == 0
 
     def as_torch_env(self) -> dict[str, str]:
@@ -147,6 +148,7 @@ class DistEnv:
         )
 
     def to_dict(self) -> dict[str, object]:
+        """These facts as JSON-ready values."""
         return {
             "rank": self.rank,
             "local_rank": self.local_rank,
@@ -671,9 +673,14 @@ def _finish(env: _Vars, alloc: _Alloc, found: _Found, mpi_comm: MpiComm | None) 
 class MpiComm(Protocol):
     """What :func:`detect` uses of an MPI communicator (mpi4py's ``Comm``)."""
 
-    def Get_rank(self) -> int: ...  # mpi4py's names
-    def Get_size(self) -> int: ...
-    def bcast(self, obj: Any, root: int = 0) -> Any: ...
+    def Get_rank(self) -> int:  # mpi4py's names
+        """This process's rank in the communicator."""
+
+    def Get_size(self) -> int:
+        """The number of processes in the communicator."""
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """``obj`` as rank ``root`` sent it, on every rank."""
 
 
 #: The variables through which each MPI's mpiexec reads a default hostfile (so

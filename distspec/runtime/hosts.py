@@ -81,7 +81,8 @@ def parse_count(value: str, *, name: str, least: int = 0, most: int = MAX_RANKS)
     Args:
         value: the text (an environment variable's value, a field of a file).
         name: what to call it in the error (the variable's name).
-        least, most: the accepted range, inclusive.
+        least: the smallest value accepted.
+        most: the largest value accepted.
 
     Raises:
         RuntimeEnvError: not digits, too many digits, or out of range; naming
@@ -230,7 +231,9 @@ def read_regular_file(
     Symbolic links are followed; a dangling one or a loop is an error.
 
     Args:
+        path: the file.
         what: how to name the file in the error (``"PBS_NODEFILE"``, ``"the hostfile"``).
+        limit: the largest size accepted, in bytes.
 
     Raises:
         FileNotFoundError: nothing is at ``path`` (callers decide whether that is an error).
@@ -302,6 +305,7 @@ def read_nodefile(path: str | os.PathLike[str], *, name: str = "") -> list[str]:
     after the host (Open MPI's ``slots=N``) are ignored.
 
     Args:
+        path: the nodefile.
         name: the variable or option that named the file, for the error
             (``"PBS_NODEFILE"``, ``"--hostfile"``); default "the host file".
 

@@ -98,26 +98,32 @@ class Dist:
 
     @property
     def rank(self) -> int:
+        """This process's global rank."""
         return self.env.rank
 
     @property
     def local_rank(self) -> int:
+        """This process's rank on its node."""
         return self.env.local_rank
 
     @property
     def world_size(self) -> int:
+        """The number of processes in the job."""
         return self.env.world_size
 
     @property
     def local_world_size(self) -> int:
+        """The number of processes on this node."""
         return self.env.local_world_size
 
     @property
     def node_rank(self) -> int:
+        """The index of this node."""
         return self.env.node_rank
 
     @property
     def num_nodes(self) -> int:
+        """The number of nodes in the job."""
         return self.env.num_nodes
 
     @property
@@ -172,6 +178,8 @@ class Dist:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, object]:
+        """What this process knows of the job as JSON-ready values (the runtime facts rank 0
+        writes)."""
         return {
             **self.env.to_dict(),
             "backend": self.backend,

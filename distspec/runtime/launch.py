@@ -185,6 +185,7 @@ class LaunchPlan:
 
     @property
     def world_size(self) -> int:
+        """The number of processes it starts: hosts times processes per host."""
         return len(self.hosts) * self.nproc_per_host
 
     def render(self) -> str:
@@ -787,12 +788,12 @@ def _copy_lines(
     patterns: Sequence[re.Pattern[str]],
     watch: TorchrunStderr | None = None,
 ) -> None:
-    """Copy ``source`` to ``sink`` line by line, without the lines a pattern matches,
+    r"""Copy ``source`` to ``sink`` line by line, without the lines a pattern matches,
     and through ``watch`` (which holds back torchrun's own traceback) if given.
 
     Bytes go through unchanged (decoded leniently only to match): a stray byte in a
     child's output must not stop the copy. A carriage return ends a line too, so a
-    progress bar (tqdm redraws its line after ``\\r``) shows as it moves.
+    progress bar (tqdm redraws its line after ``\r``) shows as it moves.
     """
     for line in _lines(source):
         for out in watch.feed(line) if watch is not None else [line]:
@@ -806,7 +807,7 @@ _EOL = re.compile(rb"\r\n|\n|\r")
 
 
 def _lines(source: IO[bytes]) -> Iterator[bytes]:
-    """``source``'s lines as they arrive, each with its ``\\n``, ``\\r\\n`` or ``\\r``."""
+    r"""``source``'s lines as they arrive, each with its ``\n``, ``\r\n`` or ``\r``."""
     read = getattr(source, "read1", source.read)
     pending = b""
     while chunk := read(65536):
