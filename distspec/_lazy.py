@@ -19,7 +19,9 @@ __all__ = ["lazy_getattr"]
 
 def lazy_getattr(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package`` that imports each name of ``where`` from
-    the module it names there, on first use. In ``package/__init__.py``::
+    the module it names there, on first use.
+
+    In ``package/__init__.py``::
 
         __getattr__ = lazy_getattr(__name__, {"SlurmScheduler": "scheduler"})
 

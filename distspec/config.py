@@ -148,6 +148,8 @@ class Config:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def general(self, key: str, default: str) -> str:
+        """``key`` of the ``[distspec]`` section from the highest layer that sets it, else
+        ``default``."""
         value = default
         for layer in self.layers:
             value = layer.general.get(key, value)
@@ -155,14 +157,17 @@ class Config:
 
     @property
     def scheduler(self) -> str:
+        """The default scheduler (``scheduler``), else :data:`DEFAULT_SCHEDULER`."""
         return self.general("scheduler", DEFAULT_SCHEDULER)
 
     @property
     def session(self) -> str:
+        """The session name handles carry (``session``), else ``distspec``."""
         return self.general("session", "distspec")
 
     @property
     def log_level(self) -> str:
+        """The level of distspec's own log (``log_level``), else ``WARNING``."""
         return self.general("log_level", "WARNING")
 
     @property
@@ -189,6 +194,8 @@ class Config:
         return found
 
     def component_defaults(self, component: str) -> dict[str, Any]:
+        """The defaults set for ``component``'s parameters, every layer merged, higher layers
+        winning."""
         merged: dict[str, Any] = {}
         for layer in self.layers:
             merged.update(layer.components.get(component, {}))

@@ -259,7 +259,9 @@ if TYPE_CHECKING:
     def frozen(*, kw_only: bool = True) -> Callable[[type[_T]], type[_T]]: ...
 
     @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
-    def frozen(cls: type[_T] | None = None, /, *, kw_only: bool = True) -> Any: ...
+    def frozen(cls: type[_T] | None = None, /, *, kw_only: bool = True) -> Any:
+        """Make ``cls`` a frozen, slotted record; ``kw_only=False`` allows positional
+        arguments (in field order) too."""
 
 else:
 
