@@ -14,6 +14,7 @@ The tree::
     │   ├── CompileError              this AppDef cannot run on this backend
     │   ├── RuntimeEnvError           in the job: launcher variables missing or in conflict
     │   ├── CallableError             a function or its arguments that cannot be sent to a job
+    │   ├── SnapshotError             the code cannot be snapshotted (size cap, unreadable file, full disk)
     │   └── ArgumentError             a Python API argument of the wrong type or value
     ├── SchedulerError                a backend command or API call failed (argv, stderr)
     ├── AppNotFound                   the scheduler does not know the app id
@@ -46,6 +47,7 @@ __all__ = [
     "RuntimeEnvError",
     "SchedulerError",
     "SchedulerNotFound",
+    "SnapshotError",
     "SpecError",
     "TopologyError",
     "UsageError",
@@ -166,6 +168,12 @@ class AppNotFound(DistspecError):
 class CallableError(UsageError):
     """A function or its arguments that cannot be sent to a job (``distspec.submit``):
     unpicklable, or a job directory the workers could not reach."""
+
+
+class SnapshotError(UsageError):
+    """The code a job would run cannot be snapshotted: a tree over the size cap, an
+    unreadable file, a file changed while it was copied, or a full disk. Nothing was
+    submitted and nothing half-written was left in the store."""
 
 
 class ArgumentError(UsageError):
