@@ -1,0 +1,773 @@
+"""The content-addressed snapshot store: file contents kept once, each snapshot a tree
+of hard links to them.
+
+Layout under the store's root::
+
+    objects/ab/<sha256>[x]      file contents, read-only (0444; 0555 and an ``x`` suffix
+                                for executables, whose mode the links share)
+    trees/<tree id>/...         one snapshot: hard links to objects (copies where a link
+                                cannot be made: EXDEV, EPERM, EMLINK), links, dirs 0755
+    manifests/<tree id>.json    the entries of a tree (for copy_tree_from and archive)
+    statcache/<key>             per base: path -> size, mtime, ctime, inode, sha256
+    archives/<tree id>.tar.gz   a deterministic archive of a tree, made on demand
+
+:meth:`Store.plan` hashes (a file whose stat the cache knows costs a stat) and names
+the tree; it writes nothing but the stat cache. :meth:`Store.materialize` returns at
+once when the tree exists; else it stores the missing objects (a temporary name, then a
+link to the final name: a finished object is never replaced) and builds the tree under
+``trees/.tmp-*`` before renaming it into place, so a tree path that exists is complete.
+Any number of processes may materialize the same tree at once: one rename wins, the
+rest drop theirs. On a full disk or any other OSError, what the call made is removed
+and :class:`~distspec.errors.SnapshotError` raised.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import time
+
+from distspec.errors import SnapshotError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import TypeVar
+
+    from distspec.snapshot.files import Entry, Listing
+
+    _T = TypeVar("_T")
+
+__all__ = ["Plan", "Store"]
+
+# A stat the cache (or materialize's copy check) trusts must be older than the listing
+# by this much: a file written twice within one timestamp tick keeps its stat.
+_RACY_NS = 1_000_000_000
+# Hash or copy on threads above this many bytes (hashlib and copy_file_range drop the GIL).
+_THREADS_FROM = 16 * 1024 * 1024
+_CHUNK = 1 << 20
+_LINK_FALLBACK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES, errno.ENOTSUP)
+
+
+class Plan:
+    """A planned snapshot: what :meth:`Store.materialize` builds (no copy made yet).
+
+    Attributes:
+        tree_id: first 20 hex digits of sha256 over the sorted entries (path, kind,
+            execute bit, content hash or link target).
+        base: the absolute base directory the files come from.
+        entries: the entries, sorted by path, each file's ``digest`` filled.
+        files: how many files.
+        bytes: their total size.
+        untracked: paths taken that git does not track.
+        submodules: ``(path, commit)`` of each submodule taken.
+        git: whether git listed the files.
+    """
+
+    __slots__ = (
+        "_stats",
+        "base",
+        "bytes",
+        "entries",
+        "files",
+        "git",
+        "submodules",
+        "tree_id",
+        "untracked",
+    )
+
+    def __init__(
+        self,
+        *,
+        tree_id: str,
+        base: str,
+        entries: tuple[Entry, ...],
+        untracked: tuple[str, ...] = (),
+        submodules: tuple[tuple[str, str], ...] = (),
+        git: bool = False,
+        stats: dict[str, tuple[int, int, int, int, bool]] | None = None,
+    ) -> None:
+        self.tree_id = tree_id
+        self.base = base
+        self.entries = entries
+        self.files = sum(1 for e in entries if e.kind == "file")
+        self.bytes = sum(e.size for e in entries)
+        self.untracked = untracked
+        self.submodules = submodules
+        self.git = git
+        # path -> (size, mtime_ns, ctime_ns, inode, old enough to trust)
+        self._stats = stats or {}
+
+    def __repr__(self) -> str:
+        return f"Plan({self.tree_id}, {self.base!r}, {self.files} files, {self.bytes} bytes)"
+
+
+def tree_id_of(entries: Iterable[Entry]) -> str:
+    """The tree id of sorted entries: first 20 hex of sha256 over (path, kind, x, hash/target)."""
+    text = "".join(
+        f"{e.path}\0{e.kind}\0{'x' if e.executable else '-'}\0{e.digest or e.target}\n"
+        for e in entries
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def _object_key(entry: Entry) -> str:
+    return entry.digest + ("x" if entry.executable else "")
+
+
+def _hash_stream(fd: int) -> str:
+    """sha256 of what is left to read from ``fd`` (``hashlib.file_digest`` is 3.11+)."""
+    h = hashlib.sha256()
+    while True:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return h.hexdigest()
+        h.update(chunk)
+
+
+def _hash_file(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _hash_stream(fd)
+    finally:
+        os.close(fd)
+
+
+def _unreadable(base: str, rel: str, e: OSError) -> SnapshotError:
+    if isinstance(e, FileNotFoundError):
+        return SnapshotError(f"{base}/{rel} disappeared while it was snapshotted; submit again")
+    return SnapshotError(
+        f"cannot read {base}/{rel} to snapshot it ({e.strerror or e}); exclude it with "
+        f".gitignore or -cfg snapshot_exclude={rel}"
+    )
+
+
+def _map(fn: Callable[[_T], str], items: list[_T], nbytes: int) -> list[str]:
+    """``[fn(i) for i in items]``, on threads when there is enough work."""
+    if nbytes < _THREADS_FROM or len(items) < 8:
+        return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(4, os.cpu_count() or 1) or 1
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items, chunksize=16))
+
+
+def _copy_fd(src: int, dst: int, size: int) -> None:
+    """Copy ``size`` bytes from ``src`` to ``dst`` in the kernel where it can."""
+    left = size
+    try:
+        while left > 0:
+            n = os.copy_file_range(src, dst, left)
+            if n == 0:
+                break
+            left -= n
+        return
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    os.lseek(src, size - left, os.SEEK_SET)
+    while True:
+        chunk = os.read(src, _CHUNK)
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+
+
+def _hash_fd(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return _hash_stream(fd)
+
+
+def _tmp_name(folder: str) -> str:
+    return os.path.join(folder, f".tmp-{os.getpid()}-{os.urandom(6).hex()}")
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class _Build:
+    """What one materialize call made, to remove it all if the call fails."""
+
+    def __init__(self) -> None:
+        self.temps: list[str] = []
+        self.objects: list[str] = []
+        self.tree: str | None = None
+
+    def undo(self) -> None:
+        if self.tree is not None:
+            _rmtree(self.tree)
+        for path in self.temps:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        for path in self.objects:
+            try:
+                if os.lstat(path).st_nlink == 1:  # nobody else linked it meanwhile
+                    os.unlink(path)
+            except OSError:
+                pass
+
+
+class Store:
+    """A content-addressed store of snapshots under ``root`` (module docstring: layout).
+
+    Args:
+        root: the store's folder (made on first use), e.g. ``<state dir>/snapshots``.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+
+    def __repr__(self) -> str:
+        return f"Store({self.root!r})"
+
+    # -- paths -------------------------------------------------------------------------
+
+    def tree_path(self, tree_id: str) -> str:
+        """The folder of the tree ``tree_id`` (whether or not it exists)."""
+        return os.path.join(self.root, "trees", tree_id)
+
+    def exists(self, tree_id: str) -> bool:
+        """Whether the tree ``tree_id`` is materialized (a tree path that exists is complete)."""
+        return os.path.isdir(self.tree_path(tree_id))
+
+    def _object_path(self, key: str) -> str:
+        return os.path.join(self.root, "objects", key[:2], key)
+
+    def _manifest_path(self, tree_id: str) -> str:
+        return os.path.join(self.root, "manifests", f"{tree_id}.json")
+
+    def _statcache_path(self, base: str) -> str:
+        key = hashlib.sha256(os.fsencode(base)).hexdigest()[:20]
+        return os.path.join(self.root, "statcache", key)
+
+    # -- plan --------------------------------------------------------------------------
+
+    def _load_statcache(self, base: str) -> dict[str, tuple[int, int, int, int, str]]:
+        import marshal  # built in: nothing to load
+
+        try:
+            with open(self._statcache_path(base), "rb") as f:
+                cache = marshal.load(f)
+        except (OSError, EOFError, ValueError, TypeError):
+            return {}  # none yet, or damaged: only a slower plan
+        return cache if isinstance(cache, dict) else {}
+
+    def _save_statcache(self, base: str, cache: dict[str, tuple[int, int, int, int, str]]) -> None:
+        import marshal
+
+        path = self._statcache_path(base)
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                marshal.dump(cache, f)
+            os.replace(tmp, path)
+        except OSError:
+            try:  # the cache only saves time: a full disk here is not an error
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def plan(self, listing: Listing) -> Plan:
+        """Hash every file of ``listing`` and name its tree; copies nothing.
+
+        A file whose size, mtime, ctime and inode match the stat cache is not read. The
+        cache is updated (only with files older than the listing by a second, so a file
+        rewritten within one timestamp tick is never trusted).
+
+        Args:
+            listing: what :func:`distspec.snapshot.files.collect` returned.
+
+        Returns:
+            The plan, with each file entry's ``digest`` filled and the tree id.
+
+        Raises:
+            SnapshotError: a file cannot be read (the message names it and how to exclude it).
+        """
+        from distspec.snapshot.files import Entry
+
+        base = listing.base
+        cache = self._load_statcache(base)
+        stats = listing.stats
+        trusted_before = listing.time_ns - _RACY_NS
+        digests: dict[str, str] = {}
+        todo: list[str] = []
+        todo_bytes = 0
+        plan_stats: dict[str, tuple[int, int, int, int, bool]] = {}
+        for e in listing.entries:
+            if e.kind != "file":
+                continue
+            st = stats.get(e.path)
+            if st is None:  # a listing made by hand: stat now
+                s = os.lstat(os.path.join(base, e.path))
+                st = (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
+            stable = st[1] < trusted_before and st[2] < trusted_before
+            plan_stats[e.path] = (*st, stable)
+            hit = cache.get(e.path)
+            if hit is not None and hit[:4] == st:
+                digests[e.path] = hit[4]
+            else:
+                todo.append(e.path)
+                todo_bytes += st[0]
+        if todo:
+
+            def digest_of(rel: str) -> str:
+                try:
+                    return _hash_file(os.path.join(base, rel))
+                except OSError as e:
+                    raise _unreadable(base, rel, e) from e
+
+            for rel, digest in zip(todo, _map(digest_of, todo, todo_bytes), strict=True):
+                digests[rel] = digest
+        entries = tuple(
+            Entry(e[0], "file", e[2], e[3], "", digests[e[0]]) if e[1] == "file" else e
+            for e in listing.entries
+        )
+        if todo:
+            fresh = {p: (*plan_stats[p][:4], digests[p]) for p in plan_stats if plan_stats[p][4]}
+            if fresh != {p: cache[p] for p in cache if p in plan_stats}:
+                self._save_statcache(base, fresh)
+        return Plan(
+            tree_id=tree_id_of(entries),
+            base=base,
+            entries=entries,
+            untracked=listing.untracked,
+            submodules=listing.submodules,
+            git=listing.git,
+            stats=plan_stats,
+        )
+
+    # -- materialize -------------------------------------------------------------------
+
+    def _failed(self, base: str, e: OSError) -> SnapshotError:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = "no space left" if e.errno == errno.ENOSPC else "disk quota exceeded"
+            return SnapshotError(
+                f"{what} on the device of {self.root} while snapshotting {base} into it; "
+                "nothing was submitted"
+            )
+        where = f" ({e.filename})" if e.filename else ""
+        return SnapshotError(
+            f"cannot snapshot {base} into {self.root}: {e.strerror or e}{where}; "
+            "nothing was submitted"
+        )
+
+    def _copy_in(
+        self,
+        base: str,
+        entry: Entry,
+        source: str,
+        dest: str,
+        trusted: tuple[int, int, int, int] | None,
+    ) -> None:
+        """Copy ``source`` to the new file ``dest``, read-only, checking it is the content
+        planned: by the source's stat when ``trusted`` (the planned stat, old enough)
+        still matches after the copy, else by hashing what was written."""
+        try:
+            src = os.open(source, os.O_RDONLY)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise _unreadable(base, entry.path, e) from e
+        try:
+            dst = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _copy_fd(src, dst, entry.size)
+                after = os.fstat(src)
+                same = trusted is not None and trusted == (
+                    after.st_size,
+                    after.st_mtime_ns,
+                    after.st_ctime_ns,
+                    after.st_ino,
+                )
+                if not same and _hash_fd(dst) != entry.digest:
+                    raise SnapshotError(
+                        f"{base}/{entry.path} changed while it was snapshotted; submit again"
+                    )
+                os.fchmod(dst, 0o555 if entry.executable else 0o444)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+
+    def _link_or_copy(self, obj: str, dest: str, entry: Entry) -> None:
+        """Link ``dest`` to the object, or copy it where a link cannot be made."""
+        try:
+            os.link(obj, dest)
+            return
+        except OSError as e:
+            if e.errno not in _LINK_FALLBACK:
+                raise
+        src = os.open(obj, os.O_RDONLY)
+        try:
+            dst = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _copy_fd(src, dst, entry.size)
+                os.fchmod(dst, 0o555 if entry.executable else 0o444)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+
+    def _build(
+        self,
+        tree_id: str,
+        entries: tuple[Entry, ...],
+        base: str,
+        source: Callable[[Entry], str],
+        trusted: Callable[[Entry], tuple[int, int, int, int] | None],
+    ) -> str:
+        tree = self.tree_path(tree_id)
+        if os.path.isdir(tree):
+            try:
+                os.utime(tree)  # in use again: gc's grace starts over
+                return tree
+            except FileNotFoundError:
+                pass  # gc took it just now: build it again
+        build = _Build()
+        try:
+            trees = os.path.join(self.root, "trees")
+            objects = os.path.join(self.root, "objects")
+            os.makedirs(trees, exist_ok=True)
+            build.tree = tmp_tree = _tmp_name(trees)
+            os.mkdir(tmp_tree, 0o755)
+            made: set[str] = set()
+            for e in entries:
+                parent = e.path.rpartition("/")[0]
+                if parent and parent not in made:
+                    os.makedirs(f"{tmp_tree}/{parent}", 0o755, exist_ok=True)
+                    made.add(parent)
+            shards: set[str] = set()
+            first: dict[str, Entry] = {}  # object key -> the first entry holding it
+            later: list[Entry] = []
+            for e in entries:
+                if e.kind == "link":
+                    os.symlink(e.target, f"{tmp_tree}/{e.path}")
+                elif e.size == 0:  # made, not linked: a tree may hold thousands (EMLINK)
+                    fd = os.open(
+                        f"{tmp_tree}/{e.path}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+                    )
+                    os.fchmod(fd, 0o555 if e.executable else 0o444)
+                    os.close(fd)
+                elif _object_key(e) in first:
+                    later.append(e)
+                else:
+                    first[_object_key(e)] = e
+
+            def place(e: Entry) -> str:
+                # The object if the store has it; else the content is copied into the
+                # tree and that file linked as the object (a link never replaces one).
+                key = _object_key(e)
+                obj = f"{objects}/{key[:2]}/{key}"
+                dest = f"{tmp_tree}/{e.path}"
+                try:
+                    self._link_or_copy(obj, dest, e)
+                    return key
+                except FileNotFoundError:
+                    pass
+                self._copy_in(base, e, source(e), dest, trusted(e))
+                if key[:2] not in shards:
+                    os.makedirs(f"{objects}/{key[:2]}", exist_ok=True)
+                    shards.add(key[:2])
+                try:
+                    os.link(dest, obj)
+                    build.objects.append(obj)
+                except FileExistsError:  # another process stored it first: share that one
+                    os.unlink(dest)
+                    self._link_or_copy(obj, dest, e)
+                return key
+
+            firsts = list(first.values())
+            _map(place, firsts, sum(e.size for e in firsts))
+            for e in later:
+                key = _object_key(e)
+                self._link_or_copy(f"{objects}/{key[:2]}/{key}", f"{tmp_tree}/{e.path}", e)
+            self._write_manifest(tree_id, base, entries)
+            try:
+                os.rename(tmp_tree, tree)
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                _rmtree(tmp_tree)  # another process made it first
+            build.tree = None
+            return tree
+        except OSError as e:
+            build.undo()
+            raise self._failed(base, e) from e
+        except BaseException:
+            build.undo()
+            raise
+
+    def materialize(self, plan: Plan) -> str:
+        """Build the tree of ``plan`` (or find it built) and return its path.
+
+        Args:
+            plan: what :meth:`plan` returned.
+
+        Returns:
+            The tree's path, complete.
+
+        Raises:
+            SnapshotError: a full disk or another OSError (everything this call made is
+                removed first), or a file that changed since it was planned.
+        """
+        stats = plan._stats
+        base = plan.base
+
+        def trusted(e: Entry) -> tuple[int, int, int, int] | None:
+            st = stats.get(e.path)
+            return st[:4] if st is not None and st[4] else None
+
+        return self._build(
+            plan.tree_id, plan.entries, base, lambda e: os.path.join(base, e.path), trusted
+        )
+
+    # -- manifests, copies between stores, archives ------------------------------------
+
+    def _write_manifest(self, tree_id: str, base: str, entries: tuple[Entry, ...]) -> None:
+        import json
+
+        path = self._manifest_path(tree_id)
+        if os.path.exists(path):
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = {
+            "tree_id": tree_id,
+            "base": base,
+            "entries": [
+                [e.path, e.kind, e.size, e.executable, e.target, e.digest] for e in entries
+            ],
+        }
+        tmp = _tmp_name(os.path.dirname(path))
+        try:
+            with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+                json.dump(data, f, separators=(",", ":"))
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def entries(self, tree_id: str) -> tuple[Entry, ...]:
+        """The entries of a materialized tree, from its manifest.
+
+        Raises:
+            SnapshotError: the tree is not in this store (never made, or pruned).
+        """
+        import json
+
+        from distspec.snapshot.files import Entry
+
+        if not self.exists(tree_id):
+            raise SnapshotError(f"snapshot {tree_id} is not in {self.root} (pruned?)")
+        try:
+            with open(
+                self._manifest_path(tree_id), encoding="utf-8", errors="surrogateescape"
+            ) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SnapshotError(
+                f"snapshot {tree_id} in {self.root} has no readable manifest"
+            ) from e
+        entries = tuple(Entry(*row) for row in data["entries"])
+        if tree_id_of(entries) != tree_id:
+            raise SnapshotError(f"snapshot {tree_id} in {self.root}: its manifest does not match")
+        return entries
+
+    def copy_tree_from(self, other: Store, tree_id: str) -> str:
+        """Materialize here a tree of another store (a rerun in another state directory):
+        objects this store has already are not copied again.
+
+        Args:
+            other: the store that holds the tree.
+            tree_id: the tree.
+
+        Returns:
+            The tree's path in this store.
+
+        Raises:
+            SnapshotError: the tree is not in ``other``, or the copy failed (full disk...).
+        """
+        if self.exists(tree_id):
+            return self._build(tree_id, (), other.root, str, lambda e: None)
+        entries = other.entries(tree_id)
+        src_tree = other.tree_path(tree_id)
+
+        def source(e: Entry) -> str:
+            obj = other._object_path(_object_key(e))
+            return obj if os.path.exists(obj) else os.path.join(src_tree, e.path)
+
+        return self._build(tree_id, entries, src_tree, source, lambda e: None)
+
+    def archive(self, tree_id: str) -> str:
+        """A deterministic ``.tar.gz`` of a tree (sorted, mtime 0, owner 0, modes 0644 /
+        0755), made once and kept under ``archives/``; its path.
+
+        Raises:
+            SnapshotError: the tree is not in this store, or the archive cannot be written.
+        """
+        import gzip
+        import tarfile
+
+        out = os.path.join(self.root, "archives", f"{tree_id}.tar.gz")
+        if os.path.exists(out):
+            return out
+        entries = self.entries(tree_id)
+        tree = self.tree_path(tree_id)
+        dirs: set[str] = set()
+        for e in entries:
+            parts = e.path.split("/")[:-1]
+            for i in range(len(parts)):
+                dirs.add("/".join(parts[: i + 1]))
+        items = sorted([(d, None) for d in dirs] + [(e.path, e) for e in entries])
+        folder = os.path.dirname(out)
+        tmp = ""
+        try:
+            os.makedirs(folder, exist_ok=True)
+            tmp = _tmp_name(folder)
+            with (
+                open(tmp, "wb") as raw,
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+            ):
+                for name, entry in items:
+                    info = tarfile.TarInfo(name)
+                    info.mtime = 0
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    if entry is None:
+                        info.type = tarfile.DIRTYPE
+                        info.mode = 0o755
+                        tar.addfile(info)
+                    elif entry.kind == "link":
+                        info.type = tarfile.SYMTYPE
+                        info.linkname = entry.target
+                        info.mode = 0o777
+                        tar.addfile(info)
+                    else:
+                        info.mode = 0o755 if entry.executable else 0o644
+                        info.size = entry.size
+                        with open(os.path.join(tree, name), "rb") as f:
+                            tar.addfile(info, f)
+            os.replace(tmp, out)
+        except OSError as e:
+            if tmp:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            raise self._failed(tree, e) from e
+        return out
+
+    # -- gc ----------------------------------------------------------------------------
+
+    def gc(self, live: set[str], *, grace: float = 3600.0) -> tuple[tuple[str, ...], int]:
+        """Delete trees not in ``live`` and untouched for ``grace`` seconds, then objects
+        only the store holds (link count 1) older than ``grace``, and stale temporaries.
+
+        A tree reused by :meth:`materialize` counts as touched then; one reused while gc
+        removes it is put back (or built again by that call).
+
+        Args:
+            live: tree ids still used by the runs kept.
+            grace: seconds a tree or object is kept however unused (protects snapshots
+                being made now, not yet recorded by a run).
+
+        Returns:
+            ``(removed tree ids, bytes freed)``.
+        """
+        now = time.time()
+        removed: list[str] = []
+        freed = 0
+        trees = os.path.join(self.root, "trees")
+        try:
+            names = sorted(os.listdir(trees))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            path = os.path.join(trees, name)
+            try:
+                age = now - os.lstat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            if age < grace or (name in live and not name.startswith(".")):
+                continue
+            if name.startswith("."):  # a temporary left by a process that died
+                freed += _unique_bytes(path)
+                _rmtree(path)
+                continue
+            trash = _tmp_name(trees)
+            try:
+                os.rename(path, trash)
+            except OSError:
+                continue
+            if now - os.lstat(trash).st_mtime < grace:  # materialize reused it meanwhile
+                try:
+                    os.rename(trash, path)
+                    continue
+                except OSError:
+                    pass  # already built again: drop this copy
+            freed += _unique_bytes(trash)
+            _rmtree(trash)
+            removed.append(name)
+            for extra in (
+                self._manifest_path(name),
+                os.path.join(self.root, "archives", f"{name}.tar.gz"),
+            ):
+                try:
+                    size = os.lstat(extra).st_size
+                    os.unlink(extra)
+                    freed += size
+                except OSError:
+                    pass
+        objects = os.path.join(self.root, "objects")
+        try:
+            shards = os.listdir(objects)
+        except FileNotFoundError:
+            shards = []
+        for shard in shards:
+            folder = os.path.join(objects, shard)
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if now - st.st_mtime < grace or (st.st_nlink > 1 and not name.startswith(".")):
+                    continue
+                try:
+                    os.unlink(path)
+                    freed += st.st_size
+                except OSError:
+                    pass
+        return tuple(removed), freed
+
+
+def _unique_bytes(tree: str) -> int:
+    """Bytes deleting ``tree`` frees: its files no object or other tree links to."""
+    total = 0
+    for folder, _dirs, files in os.walk(tree):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                total += st.st_size
+    return total
