@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from distspec.errors import AppNotFound, ConfigError, OptionError, SchedulerError, UsageError
-from distspec.frozen import frozen
+from distspec.frozen import field, frozen
 from distspec.specs.app import AppDef
 
 TYPE_CHECKING = False
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from distspec.config import Config
     from distspec.schedulers._registry import SchedulerRegistry
     from distspec.schedulers.api import AppSummary, CommandRunner, Request, Scheduler
+    from distspec.snapshot.policy import Snapshot
     from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus
 
@@ -204,8 +205,15 @@ class Runner:
         cfg: Mapping[str, Any] | None = None,
         *,
         app_id: str | None = None,
+        snapshot: Snapshot | None = None,
+        rerun_of: str | None = None,
     ) -> Request:
         """Compile without submitting: the Request's ``render()`` is what would be submitted.
+
+        When the run options ask for a snapshot (``-cfg snapshot``; on by default for
+        queued backends), the code is listed and hashed here (nothing copied) and the
+        job is rewritten to run the snapshot's copy (:mod:`distspec.snapshot.policy`);
+        ``snapshot`` gives one instead (a rerun's, ``rerun_of`` naming that run).
 
         Raises:
             ArgumentError: ``app`` is not an AppDef or ``app_id`` not a str.
@@ -220,9 +228,29 @@ class Runner:
             string(app_id, "Runner", "app_id", limit=253)
         sched = self.scheduler(scheduler)
         opts = self.options(scheduler, cfg)
-        request = sched.compile(app, opts, app_id=app_id or new_app_id(app.name))
+        compiled = app
+        if snapshot is None and _wants_snapshot(opts, sched):
+            from distspec.snapshot.policy import plan
+
+            snapshot = plan(app, sched, opts)
+        if snapshot is not None:
+            from distspec.snapshot.policy import rewrite
+
+            compiled = rewrite(app, snapshot, sched, opts)
+        request = sched.compile(compiled, opts, app_id=app_id or new_app_id(app.name))
         _log(_INFO, "compiled %s for %s: %s", app.name, scheduler, opts)
-        return request
+        origin = Origin(app=app, sources=self._option_sources(scheduler, cfg), rerun_of=rerun_of)
+        return _with(request, snapshot=snapshot, origin=origin)
+
+    def _option_sources(self, scheduler: str, cfg: Mapping[str, Any] | None) -> dict[str, str]:
+        """Where each run option set for ``scheduler`` came from (the rest: defaults)."""
+        sources: dict[str, str] = {}
+        for source, values in self.config.scheduler_layers(scheduler):
+            for key in values:
+                sources[key.replace("-", "_")] = source
+        for key in cfg or {}:
+            sources[str(key).replace("-", "_")] = "-cfg"
+        return sources
 
     def submit(self, request: Request) -> AppHandle:
         """Submit what :meth:`dryrun` compiled; returns the handle."""
@@ -235,6 +263,16 @@ class Runner:
                 "Runner.submit", "request", request, f"give a dryrun's Request, not {kind(request)}"
             )
         sched = self.scheduler(request.scheduler)
+        snapshot = request.snapshot
+        state = None
+        if snapshot is not None:
+            from distspec.snapshot.policy import take
+            from distspec.snapshot.provenance import check_dirty, git_state
+
+            if snapshot.plan is not None:  # a new snapshot (a rerun's is as it was)
+                state = git_state(snapshot.base) if snapshot.git else None
+                check_dirty(snapshot, state)
+            take(snapshot)
         sched.preflight(request)
         _log(
             _INFO, "submitting %s to %s (%s)", request.app_id, request.scheduler, request.main_file
@@ -244,7 +282,55 @@ class Runner:
 
         handle = AppHandle(scheduler=request.scheduler, session=self.session, app_id=app_id)
         _log(_INFO, "submitted %s", handle)
+        self._record_provenance(sched, request, handle, state)
         return handle
+
+    def _record_provenance(
+        self, sched: Scheduler[Any], request: Request, handle: AppHandle, state: Any
+    ) -> None:
+        """Write the run's provenance record into its job folder, where it has one. The
+        job is submitted by now: a record that cannot be written is said, not raised."""
+        from distspec.snapshot import provenance
+
+        try:
+            paths = sched.job_paths(handle.app_id, request)
+            if paths is None:
+                return
+            snapshot = request.snapshot
+            if snapshot is not None and snapshot.plan is None:
+                state = provenance.RecordedGit(snapshot.recorded_git)
+            elif state is None:
+                from distspec.snapshot.files import find_base
+
+                base, is_git = find_base(sched.working_dir(request.app.roles[0], request.options))
+                state = provenance.git_state(base) if is_git else None
+            from distspec.specs.options import options_to_strings
+
+            origin = request.origin or Origin(app=request.app)
+            data = provenance.record(
+                handle=handle.format(),
+                app=origin.app,
+                options=options_to_strings(request.options),
+                sources=origin.sources,
+                snapshot=request.snapshot,
+                state=state,
+                rerun_of=origin.rerun_of,
+            )
+            patch = state.patch() if state is not None else b""
+            provenance.write(paths.folder, data, patch)
+        except Exception as e:  # the job runs either way
+            tell(f"distspec: {handle}: could not write its provenance record: {e}")
+
+    def provenance(self, handle: AppHandle | str) -> dict[str, Any] | None:
+        """The run's provenance record (:mod:`distspec.snapshot.provenance`), or None when
+        it has none (submitted before distspec kept them, or its job folder is gone)."""
+        h, sched = self._resolve(handle)
+        paths = sched.job_paths(h.app_id)
+        if paths is None:
+            return None
+        from distspec.snapshot.provenance import read
+
+        return read(paths.folder)
 
     def run(self, app: AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None) -> AppHandle:
         """Compile and submit; returns at once with the handle."""
@@ -537,6 +623,30 @@ class Runner:
         # Replicas the scheduler lists only later (Kubernetes pods, an elastic job
         # growing) are looked for while following and followed too.
         yield from _interleave(targets, one, discover)
+
+
+@frozen
+class Origin:
+    """Where a Request came from (:attr:`distspec.schedulers.api.Request.origin`)."""
+
+    app: AppDef
+    #: Run option -> where its value came from (``-cfg``, a config file); the rest are defaults.
+    sources: Mapping[str, str] = field(default_factory=dict)
+    #: The handle of the run this one repeats (``distspec rerun``).
+    rerun_of: str | None = None
+
+
+def _wants_snapshot(opts: Any, sched: Scheduler[Any]) -> bool:
+    """Whether the options ask for a snapshot (``auto``: the backend's default)."""
+    mode = getattr(opts, "snapshot", None)
+    value = getattr(mode, "value", mode)
+    return value == "on" or (value == "auto" and sched.capabilities.snapshot_default)
+
+
+def _with(request: Request, **changes: Any) -> Request:
+    from distspec.frozen import replace
+
+    return replace(request, **changes)
 
 
 def _check_session(session: object) -> None:

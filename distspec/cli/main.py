@@ -22,6 +22,10 @@ __all__ = ["main"]
 # verb -> (module, one-line help). Only the chosen verb's module is imported.
 VERBS: dict[str, tuple[str, str]] = {
     "run": ("distspec.cli.run", "compile a component and run it (or --dryrun to print it)"),
+    "rerun": (
+        "distspec.cli.rerun",
+        "run a run again from its snapshot: the same code, bit for bit",
+    ),
     "builtins": ("distspec.cli.builtins", "list the built-in components and schedulers"),
     "runopts": ("distspec.cli.runopts", "list a scheduler's run options (-cfg)"),
     "status": ("distspec.cli.status", "print an app's state"),
@@ -39,6 +43,9 @@ VERBS: dict[str, tuple[str, str]] = {
         "run a command on every host of the allocation you are in (Slurm, PBS, local)",
     ),
 }
+
+#: Verbs whose words after ``--`` are passed on whole (``args.after_dashes``), not parsed.
+_AFTER_DASHES = frozenset({"rerun"})
 
 DESCRIPTION = """\
 Compile a distributed PyTorch job, written once as a typed component, into a
@@ -178,8 +185,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from distspec.errors import AppNotFound, DistspecError, UsageError
 
     args_list = list(sys.argv[1:] if argv is None else argv)
+    after: list[str] | None = None
+    if _verb(args_list) in _AFTER_DASHES and "--" in args_list:
+        cut = args_list.index("--")
+        args_list, after = args_list[:cut], args_list[cut + 1 :]
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
+    if after is not None:
+        args.after_dashes = after
     if args.verb is None:
         parser.print_help()
         return 2

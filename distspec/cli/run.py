@@ -54,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
     parser.epilog = EPILOG
     add_scheduler(parser, "backend: local_cwd (default), slurm, pbs, kubernetes, or a plugin")
+    add_follow_arguments(parser)
+    parser.add_argument(
+        "component", metavar="COMPONENT", help="builtin name, path/file.py:fn or pkg.mod:fn"
+    )
+    parser.add_argument("component_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def add_follow_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``run`` and ``rerun`` share: -cfg, --dryrun, -o, --wait, --log, --json."""
     parser.add_argument(
         "-cfg",
         "--cfg",
@@ -87,15 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         help="with --wait: the first Ctrl-C cancels a slurm/pbs/kubernetes job too",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument(
-        "component", metavar="COMPONENT", help="builtin name, path/file.py:fn or pkg.mod:fn"
-    )
-    parser.add_argument("component_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``distspec run`` with the parsed ``args``; returns the exit code."""
-    from distspec.cli._shared import make_runner, print_json
+    from distspec.cli._shared import make_runner
     from distspec.components.binder import ComponentHelp
     from distspec.components.loader import load
     from distspec.errors import UsageError
@@ -120,6 +125,17 @@ def main(args: argparse.Namespace) -> int:
         print(help_.text)
         return 0
     request = runner.dryrun(app, scheduler, cfg)
+    return submit_or_show(runner, request, args)
+
+
+def submit_or_show(runner: Runner, request: Any, args: argparse.Namespace) -> int:
+    """What ``run`` and ``rerun`` do with a compiled ``request``: print it (``--dryrun``,
+    ``-o``, ``--json``), submit it, or submit and follow it (``--wait``)."""
+    from distspec.cli._shared import print_json
+    from distspec.errors import UsageError
+
+    app = request.app
+    scheduler = request.scheduler
     if args.dryrun:
         if args.output:
             try:

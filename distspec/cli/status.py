@@ -53,16 +53,21 @@ def main(args: argparse.Namespace) -> int:
     """Run ``distspec status`` or ``describe`` with the parsed ``args``; returns the exit code."""
     from distspec.cli._shared import make_runner, print_json
 
-    status = make_runner().status(args.handle)
+    runner = make_runner()
+    status = runner.status(args.handle)
+    record = runner.provenance(args.handle) if args.verb == "describe" else None
     if args.json:
         extra = {}
         if args.verb == "describe":
             extra["runtime"] = runtime_info(status.location)
+            extra["provenance"] = record
         print_json({"handle": args.handle, **status.to_dict(), **extra})
     elif args.verb == "status":
         print(status.state.value + (f": {status.msg}" if status.msg else ""))
     else:
         print(describe_text(args.handle, status))
+        if record is not None:
+            print(provenance_text(record))
     return STATE_EXIT_CODES.get(status.state.value, 5) if args.exit_status else 0
 
 
@@ -144,4 +149,71 @@ def describe_text(handle: str, status: AppStatus) -> str:
             lines.append(f"  {r.summary()}")
             if r.log:
                 lines.append(f"    log: {r.log}")
+    return "\n".join(lines)
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return f"{count} B"
+
+
+def provenance_text(record: dict[str, object]) -> str:
+    """What ``describe`` prints of a run's provenance record: its code (snapshot, git
+    commit, dirty files, patch), who submitted it from where, how, and with what."""
+    lines = ["provenance:"]
+    snap = record.get("snapshot")
+    git = record.get("git")
+    if isinstance(snap, dict):
+        lines.append(
+            f"  snapshot:  {snap.get('id')} of {snap.get('base')} ({snap.get('files')} files, "
+            f"{_size(int(snap.get('bytes') or 0))}); the job ran {snap.get('job_path')}"
+        )
+        untracked = snap.get("untracked") or []
+        if untracked:
+            shown = ", ".join(str(u) for u in untracked[:5]) + (
+                ", ..." if len(untracked) > 5 else ""
+            )
+            lines.append(f"  untracked: {len(untracked)} taken: {shown}")
+    else:
+        lines.append(
+            "  snapshot:  none (the job ran the files on disk; -cfg snapshot=on keeps them)"
+        )
+    if isinstance(git, dict):
+        commit = str(git.get("commit") or "no commit yet")
+        where = f" on {git['branch']}" if git.get("branch") else " (detached)"
+        remote = f" ({git['remote']})" if git.get("remote") else ""
+        lines.append(f"  git:       {commit}{where}{remote}")
+        if git.get("dirty"):
+            changed = git.get("changed") or []
+            lines.append(
+                f"  dirty:     {len(changed)} files differ from HEAD; their diff: {git.get('patch')}"
+                " in the job folder"
+            )
+        else:
+            lines.append("  dirty:     no")
+    lines.append(
+        f"  by:        {record.get('user')}@{record.get('host')} at {record.get('submitted')}, "
+        f"in {record.get('cwd')}"
+    )
+    argv = record.get("argv")
+    if isinstance(argv, list) and argv:
+        import shlex
+
+        lines.append(f"  command:   {shlex.join(str(a) for a in argv)}")
+    versions = record.get("versions")
+    if isinstance(versions, dict):
+        lines.append("  versions:  " + ", ".join(f"{k} {v or '-'}" for k, v in versions.items()))
+    options = record.get("options")
+    if isinstance(options, dict):
+        chosen = [
+            f"{k}={v.get('value')} ({v.get('source')})"
+            for k, v in options.items()
+            if isinstance(v, dict) and v.get("source") != "default"
+        ]
+        lines.append("  options:   " + (", ".join(chosen) if chosen else "all defaults"))
+    if record.get("rerun_of"):
+        lines.append(f"  rerun of:  {record['rerun_of']}")
     return "\n".join(lines)

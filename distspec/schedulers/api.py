@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from distspec.errors import CompileError, SchedulerError
 from distspec.frozen import FrozenDict, field, frozen
-from distspec.specs.app import SCRIPT_METADATA, AppDef
+from distspec.specs.app import SCRIPT_METADATA, AppDef, Role
 from distspec.specs.macros import Macro
 from distspec.specs.options import OptionSpec, option_specs, parse_options
 
@@ -126,6 +126,9 @@ class Capabilities:
     #: The backend keeps whole runs (their logs too) under the state directory, so
     #: ``distspec prune`` can remove them.
     prunable: bool = False
+    #: ``-cfg snapshot=auto`` takes a snapshot: jobs that wait in a queue (Slurm, PBS)
+    #: would otherwise run whatever is on disk when they start.
+    snapshot_default: bool = False
 
 
 def check_capabilities(app: AppDef, caps: Capabilities, scheduler: str) -> None:
@@ -212,6 +215,13 @@ class Request:
     #: The folder that submitting creates before anything runs (Slurm's and PBS's
     #: job folder); a ``submit.sh`` written by ``--dryrun -o DIR`` creates it too.
     job_dir: str | None = None
+    #: The code snapshot the job runs (:class:`distspec.snapshot.policy.Snapshot`),
+    #: taken by submit before the job is handed over; None without one.
+    snapshot: Any = field(default=None, compare=False)
+    #: Where the job came from, for its provenance record: the AppDef as the component
+    #: built it (``app`` is the compiled one: a snapshot rewrites it), the source of each
+    #: run option, and the run it repeats (:meth:`distspec.runner.Runner.rerun`).
+    origin: Any = field(default=None, compare=False)
 
     def render(self) -> str:
         """The main file's text, byte for byte what submit hands over."""
@@ -332,6 +342,27 @@ class Scheduler(abc.ABC, Generic[OptsT]):
         none that this machine can name. ``request`` is the one it was submitted
         from, for a backend whose folder is set by its options (Kubernetes)."""
         return None
+
+    # -- the code snapshot ------------------------------------------------------
+
+    def working_dir(self, role: Role, opts: OptsT) -> str:
+        """The directory on this machine that the role's relative paths (its script)
+        are taken from: a directory image (Slurm, PBS), else where ``distspec run`` runs."""
+        if self.capabilities.image == "directory" and role.image:
+            return os.path.abspath(role.image)
+        return os.getcwd()
+
+    def snapshot_root(self, opts: OptsT) -> str:
+        """The content store that snapshots for this backend go to: a folder the job's
+        nodes can read (by default ``<state dir>/snapshots``)."""
+        if self._state_dir is None:
+            raise CompileError(self.name, "no state directory to keep the snapshot in")
+        return os.path.join(self._state_dir, "snapshots")
+
+    def snapshot_job_path(self, tree: str, tree_id: str, opts: OptsT) -> str:
+        """Where the job sees the snapshot ``tree_id`` (kept here at ``tree``): the same
+        path on a backend whose nodes share this machine's files."""
+        return tree
 
     # -- the effectful half ----------------------------------------------------
 

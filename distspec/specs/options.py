@@ -200,7 +200,10 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
                 enum_type=enum_type,
             )
         )
-    result = tuple(specs)
+    # A class's own options first, then those it inherits (the snapshot's, shared by
+    # every backend), so ``distspec runopts`` leads with what is particular to it.
+    own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 -- no inspect
+    result = tuple(sorted(specs, key=lambda s: s.name not in own))
     _SPECS[cls] = result
     return result
 

@@ -137,6 +137,13 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
                     f"leave --image out to run where {self.submit_command} ran, or give an absolute path",
                 )
 
+    def snapshot_root(self, opts: BatchOptsT) -> str:
+        """``<job_dir>/snapshots`` when ``job_dir`` is set (a folder the nodes share, as
+        the state directory may not be), else ``<state dir>/snapshots``."""
+        if opts.job_dir:
+            return os.path.join(opts.job_dir, "snapshots")
+        return super().snapshot_root(opts)
+
     def _job_dir(self, opts: BatchOptsT) -> str:
         """The folder for the scripts and the job folders: ``job_dir``, else
         ``<state dir>/<scheduler>``."""

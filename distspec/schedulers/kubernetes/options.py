@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 
 from distspec.frozen import FrozenDict, frozen
+from distspec.snapshot.options import SnapshotOptions
 from distspec.specs.options import option
 
 __all__ = ["Flavor", "KubernetesOptions"]
@@ -20,7 +21,7 @@ class Flavor(str, enum.Enum):
 
 
 @frozen
-class KubernetesOptions:
+class KubernetesOptions(SnapshotOptions):
     """Run options of the ``kubernetes`` backend (``-cfg key=value,...``)."""
 
     namespace: str = option("default", "Namespace to create the job in.")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 
 from distspec.frozen import frozen
+from distspec.snapshot.options import SnapshotOptions
 from distspec.specs.options import option
 
 __all__ = ["LocalOptions", "default_state_dir"]
 
 
 @frozen
-class LocalOptions:
+class LocalOptions(SnapshotOptions):
     """Run options of the ``local_cwd`` backend (``-cfg k=v``)."""
 
     cwd: str | None = option(

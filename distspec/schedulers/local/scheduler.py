@@ -30,7 +30,7 @@ from distspec.schedulers.local.options import LocalOptions, default_state_dir
 from distspec.schedulers.local.plan import BY_HAND, LOG_PATTERN, plan_files
 from distspec.schedulers.local.status import TERMINAL
 from distspec.schedulers.logs import log_file_name
-from distspec.specs.app import AppDef
+from distspec.specs.app import AppDef, Role
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -120,6 +120,10 @@ class LocalScheduler(Scheduler[LocalOptions]):
         )
 
     # -- the effectful half -------------------------------------------------------
+
+    def working_dir(self, role: Role, opts: LocalOptions) -> str:
+        """``-cfg cwd``, else the role's image (a directory here), else the current one."""
+        return os.path.abspath(opts.cwd or role.image or os.getcwd())
 
     def preflight(self, request: Request) -> None:
         """Every role's working directory and script must exist here."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
+from distspec.snapshot.options import SnapshotOptions
 from distspec.specs.app import NAME_CHARS
 from distspec.specs.options import option
 
@@ -45,7 +46,7 @@ class Launcher(str, enum.Enum):
 
 
 @frozen
-class PbsOptions:
+class PbsOptions(SnapshotOptions):
     """Run options of the PBS backend (``-cfg k=v``); each maps to one qsub flag or
     one choice in the script."""
 

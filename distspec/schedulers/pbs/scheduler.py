@@ -67,6 +67,7 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         multi_role=False,
         shared_files=True,
         image="directory",
+        snapshot_default=True,
     )
     max_poll_interval = 1.0
     label = "PBS"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
+from distspec.snapshot.options import SnapshotOptions
 from distspec.specs.options import option
 
 __all__ = [
@@ -36,7 +37,7 @@ class GpuFlag(str, enum.Enum):
 
 
 @frozen
-class SlurmOptions:
+class SlurmOptions(SnapshotOptions):
     """Run options of the Slurm backend (``-cfg k=v``); each maps to one sbatch/srun flag."""
 
     partition: str | None = option(None, "Partition to submit to (--partition).")
