@@ -242,11 +242,15 @@ class _Collector:
         stats = self.stats
         untracked = self.untracked
         is_reg = stat.S_ISREG
+        new = tuple.__new__
         seen: set[str] = set()
         for record in os.fsdecode(out).split("\0"):
-            if not record or record in seen:  # an unmerged path is listed once per stage
+            if not record:
                 continue
-            seen.add(record)
+            if record[0] == "M":  # an unmerged path is listed once per stage
+                if record in seen:
+                    continue
+                seen.add(record)
             rel = prefix + record[2:].rstrip("/")
             if excluded is not None and excluded(rel):
                 continue
@@ -256,7 +260,7 @@ class _Collector:
                 continue  # listed by git, deleted on disk
             mode = st.st_mode
             if is_reg(mode):  # the common case, inlined: thousands of files
-                files[rel] = Entry(rel, "file", st.st_size, bool(mode & 0o100))
+                files[rel] = new(Entry, (rel, "file", st.st_size, bool(mode & 0o100), "", ""))
                 stats[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 if record[0] == "?":
                     untracked.append(rel)
@@ -364,6 +368,10 @@ def _check_size(base: str, entries: list[Entry], max_bytes: int) -> None:
     )
 
 
+def _path_of(entry: Entry) -> str:
+    return entry[0]
+
+
 def collect(base: str, *, exclude: Sequence[str] = (), max_bytes: int) -> Listing:
     """List what a snapshot of ``base`` takes (module docstring: the rules).
 
@@ -404,7 +412,7 @@ def collect(base: str, *, exclude: Sequence[str] = (), max_bytes: int) -> Listin
         ) from e
     entries = list(collector.files.values())
     entries.extend(collector.link_entries())
-    entries.sort()
+    entries.sort(key=_path_of)
     _check_size(base, entries, max_bytes)
     return Listing(
         base=base,

@@ -8,7 +8,7 @@ Layout under the store's root::
     trees/<tree id>/...         one snapshot: hard links to objects (copies where a link
                                 cannot be made: EXDEV, EPERM, EMLINK), links, dirs 0755
     manifests/<tree id>.json    the entries of a tree (for copy_tree_from and archive)
-    statcache/<key>             per base: path -> size, mtime, ctime, inode, sha256
+    statcache/<key>             per base: path -> (size, mtime, ctime, inode), sha256 (marshal)
     archives/<tree id>.tar.gz   a deterministic archive of a tree, made on demand
 
 :meth:`Store.plan` hashes (a file whose stat the cache knows costs a stat) and names
@@ -68,6 +68,7 @@ class Plan:
 
     __slots__ = (
         "_stats",
+        "_trusted_before",
         "base",
         "bytes",
         "entries",
@@ -87,7 +88,8 @@ class Plan:
         untracked: tuple[str, ...] = (),
         submodules: tuple[tuple[str, str], ...] = (),
         git: bool = False,
-        stats: dict[str, tuple[int, int, int, int, bool]] | None = None,
+        stats: dict[str, tuple[int, int, int, int]] | None = None,
+        trusted_before: int = 0,
     ) -> None:
         self.tree_id = tree_id
         self.base = base
@@ -97,8 +99,10 @@ class Plan:
         self.untracked = untracked
         self.submodules = submodules
         self.git = git
-        # path -> (size, mtime_ns, ctime_ns, inode, old enough to trust)
+        # path -> (size, mtime_ns, ctime_ns, inode) as planned; a stat with mtime and
+        # ctime before _trusted_before (ns) is old enough to trust.
         self._stats = stats or {}
+        self._trusted_before = trusted_before
 
     def __repr__(self) -> str:
         return f"Plan({self.tree_id}, {self.base!r}, {self.files} files, {self.bytes} bytes)"
@@ -111,6 +115,13 @@ def tree_id_of(entries: Iterable[Entry]) -> str:
         for e in entries
     )
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def _check_id(tree_id: str) -> str:
+    """``tree_id`` if it is one (20 hex digits), else a SnapshotError: it names a path."""
+    if len(tree_id) != 20 or tree_id.strip("0123456789abcdef"):
+        raise SnapshotError(f"not a snapshot id: {tree_id!r} (20 hex digits)")
+    return tree_id
 
 
 def _object_key(entry: Entry) -> str:
@@ -233,11 +244,19 @@ class Store:
     # -- paths -------------------------------------------------------------------------
 
     def tree_path(self, tree_id: str) -> str:
-        """The folder of the tree ``tree_id`` (whether or not it exists)."""
-        return os.path.join(self.root, "trees", tree_id)
+        """The folder of the tree ``tree_id`` (whether or not it exists).
+
+        Raises:
+            SnapshotError: ``tree_id`` is not 20 hex digits.
+        """
+        return os.path.join(self.root, "trees", _check_id(tree_id))
 
     def exists(self, tree_id: str) -> bool:
-        """Whether the tree ``tree_id`` is materialized (a tree path that exists is complete)."""
+        """Whether the tree ``tree_id`` is materialized (a tree path that exists is complete).
+
+        Raises:
+            SnapshotError: ``tree_id`` is not 20 hex digits.
+        """
         return os.path.isdir(self.tree_path(tree_id))
 
     def _object_path(self, key: str) -> str:
@@ -252,17 +271,19 @@ class Store:
 
     # -- plan --------------------------------------------------------------------------
 
-    def _load_statcache(self, base: str) -> dict[str, tuple[int, int, int, int, str]]:
+    def _load_statcache(self, base: str) -> dict[str, tuple[tuple[int, int, int, int], str]]:
         import marshal  # built in: nothing to load
 
         try:
             with open(self._statcache_path(base), "rb") as f:
-                cache = marshal.load(f)
+                cache = marshal.loads(f.read())  # marshal.load(f) reads in tiny pieces
         except (OSError, EOFError, ValueError, TypeError):
             return {}  # none yet, or damaged: only a slower plan
         return cache if isinstance(cache, dict) else {}
 
-    def _save_statcache(self, base: str, cache: dict[str, tuple[int, int, int, int, str]]) -> None:
+    def _save_statcache(
+        self, base: str, cache: dict[str, tuple[tuple[int, int, int, int], str]]
+    ) -> None:
         import marshal
 
         path = self._statcache_path(base)
@@ -270,7 +291,7 @@ class Store:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
-                marshal.dump(cache, f)
+                f.write(marshal.dumps(cache))
             os.replace(tmp, path)
         except OSError:
             try:  # the cache only saves time: a full disk here is not an error
@@ -298,27 +319,25 @@ class Store:
 
         base = listing.base
         cache = self._load_statcache(base)
-        stats = listing.stats
-        trusted_before = listing.time_ns - _RACY_NS
+        stats = dict(listing.stats)
         digests: dict[str, str] = {}
         todo: list[str] = []
         todo_bytes = 0
-        plan_stats: dict[str, tuple[int, int, int, int, bool]] = {}
         for e in listing.entries:
-            if e.kind != "file":
+            if e[1] != "file":
                 continue
-            st = stats.get(e.path)
+            path = e[0]
+            st = stats.get(path)
             if st is None:  # a listing made by hand: stat now
-                s = os.lstat(os.path.join(base, e.path))
-                st = (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
-            stable = st[1] < trusted_before and st[2] < trusted_before
-            plan_stats[e.path] = (*st, stable)
-            hit = cache.get(e.path)
-            if hit is not None and hit[:4] == st:
-                digests[e.path] = hit[4]
+                s = os.lstat(os.path.join(base, path))
+                st = stats[path] = (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
+            hit = cache.get(path)
+            if hit is not None and hit[0] == st:
+                digests[path] = hit[1]
             else:
-                todo.append(e.path)
+                todo.append(path)
                 todo_bytes += st[0]
+        trusted_before = listing.time_ns - _RACY_NS
         if todo:
 
             def digest_of(rel: str) -> str:
@@ -329,14 +348,19 @@ class Store:
 
             for rel, digest in zip(todo, _map(digest_of, todo, todo_bytes), strict=True):
                 digests[rel] = digest
+            # Only stats old enough are kept: a file written twice within one
+            # timestamp tick keeps its stat, and must be hashed again next time.
+            fresh = {
+                p: (st, digests[p])
+                for p, st in stats.items()
+                if p in digests and st[1] < trusted_before and st[2] < trusted_before
+            }
+            if fresh != {p: cache[p] for p in cache if p in stats}:
+                self._save_statcache(base, fresh)
         entries = tuple(
             Entry(e[0], "file", e[2], e[3], "", digests[e[0]]) if e[1] == "file" else e
             for e in listing.entries
         )
-        if todo:
-            fresh = {p: (*plan_stats[p][:4], digests[p]) for p in plan_stats if plan_stats[p][4]}
-            if fresh != {p: cache[p] for p in cache if p in plan_stats}:
-                self._save_statcache(base, fresh)
         return Plan(
             tree_id=tree_id_of(entries),
             base=base,
@@ -344,7 +368,8 @@ class Store:
             untracked=listing.untracked,
             submodules=listing.submodules,
             git=listing.git,
-            stats=plan_stats,
+            stats=stats,
+            trusted_before=trusted_before,
         )
 
     # -- materialize -------------------------------------------------------------------
@@ -522,11 +547,12 @@ class Store:
                 removed first), or a file that changed since it was planned.
         """
         stats = plan._stats
+        before = plan._trusted_before
         base = plan.base
 
         def trusted(e: Entry) -> tuple[int, int, int, int] | None:
             st = stats.get(e.path)
-            return st[:4] if st is not None and st[4] else None
+            return st if st is not None and st[1] < before and st[2] < before else None
 
         return self._build(
             plan.tree_id, plan.entries, base, lambda e: os.path.join(base, e.path), trusted
@@ -537,9 +563,9 @@ class Store:
     def _write_manifest(self, tree_id: str, base: str, entries: tuple[Entry, ...]) -> None:
         import json
 
+        # Rewritten by every build (a few ms): a gc that removed the tree may have
+        # removed the manifest too while this build ran.
         path = self._manifest_path(tree_id)
-        if os.path.exists(path):
-            return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         data = {
             "tree_id": tree_id,
@@ -601,7 +627,11 @@ class Store:
             SnapshotError: the tree is not in ``other``, or the copy failed (full disk...).
         """
         if self.exists(tree_id):
-            return self._build(tree_id, (), other.root, str, lambda e: None)
+            try:
+                os.utime(self.tree_path(tree_id))  # in use again: gc's grace starts over
+                return self.tree_path(tree_id)
+            except FileNotFoundError:
+                pass  # gc took it just now: copy it again
         entries = other.entries(tree_id)
         src_tree = other.tree_path(tree_id)
 
@@ -621,7 +651,7 @@ class Store:
         import gzip
         import tarfile
 
-        out = os.path.join(self.root, "archives", f"{tree_id}.tar.gz")
+        out = os.path.join(self.root, "archives", f"{_check_id(tree_id)}.tar.gz")
         if os.path.exists(out):
             return out
         entries = self.entries(tree_id)
@@ -722,6 +752,8 @@ class Store:
             freed += _unique_bytes(trash)
             _rmtree(trash)
             removed.append(name)
+            if os.path.exists(path):
+                continue  # built again meanwhile: its manifest and archive are its own
             for extra in (
                 self._manifest_path(name),
                 os.path.join(self.root, "archives", f"{name}.tar.gz"),

@@ -472,3 +472,13 @@ def test_archive_is_deterministic_and_complete(
         f = tar.extractfile("data/blob.bin")
         assert f is not None and f.read() == FILES["data/blob.bin"]
     assert list(members) == sorted(members)
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "0123456789abcdef012", "0123456789ABCDEF0123", ""])
+def test_a_tree_id_is_never_a_path(tmp_path: Path, bad: str) -> None:
+    store = Store(str(tmp_path / "store"))
+    for call in (store.exists, store.tree_path, store.archive, store.entries):
+        with pytest.raises(SnapshotError, match="not a snapshot id"):
+            call(bad)
+    with pytest.raises(SnapshotError, match="not a snapshot id"):
+        store.copy_tree_from(Store(str(tmp_path / "other")), bad)
