@@ -1,7 +1,8 @@
 """``distspec prune``: delete the run directories of ended local runs.
 
 Only ``local_cwd`` keeps whole runs (logs included) under the state directory; a run
-that has not ended is never touched.
+that has not ended is never touched. Then the code snapshots that no run kept under
+the state directory uses any more are deleted (:func:`collect_snapshots`).
 """
 
 from __future__ import annotations
@@ -111,7 +112,30 @@ def main(args: argparse.Namespace) -> int:
         print(f"distspec prune: {escape(line)}", file=sys.stderr)
     tail = f"; {len(failed)} could not be deleted (see above)" if failed else ""
     print(f"{verb} {len(gone)} run(s){tail}")
+    if not args.dry_run:
+        trees, freed = collect_snapshots(runner.config.state_dir)
+        if trees:
+            print(f"deleted {len(trees)} snapshot(s) no kept run uses ({freed / 1e6:.1f} MB)")
     return 1 if failed else 0
+
+
+#: A snapshot no run records is kept this long (it may be one being submitted now).
+SNAPSHOT_GRACE = 3600.0
+
+
+def collect_snapshots(state_dir: str) -> tuple[tuple[str, ...], int]:
+    """Delete the snapshots in ``<state_dir>/snapshots`` that no run kept under the state
+    directory records (``provenance.json``) and that nothing used for
+    :data:`SNAPSHOT_GRACE`; returns (their tree ids, bytes freed)."""
+    import os
+
+    from distspec.snapshot.provenance import recorded_trees
+    from distspec.snapshot.store import Store
+
+    root = os.path.join(state_dir, "snapshots")
+    if not os.path.isdir(root):
+        return (), 0
+    return Store(root).gc(recorded_trees(state_dir), grace=SNAPSHOT_GRACE)
 
 
 def _prunable_builtins(runner: Any) -> Iterator[str]:

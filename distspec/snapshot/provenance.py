@@ -36,6 +36,7 @@ __all__ = [
     "mask_env",
     "read",
     "record",
+    "recorded_trees",
     "write",
 ]
 
@@ -336,3 +337,21 @@ def read(folder: str) -> dict[str, Any] | None:
     except Exception:  # a remote store's own errors: the record is a courtesy here
         return None
     return data if isinstance(data, dict) and data.get("version") == VERSION else None
+
+
+def recorded_trees(state_dir: str) -> set[str]:
+    """The snapshot tree ids that the runs kept under ``state_dir`` record (every
+    ``<state_dir>/<backend>/<run>/provenance.json``), so pruning keeps them."""
+    import glob
+    import json
+
+    live: set[str] = set()
+    for path in glob.glob(os.path.join(glob.escape(state_dir), "*", "*", RECORD_FILE)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                snap = json.load(f).get("snapshot")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(snap, dict) and isinstance(snap.get("id"), str):
+            live.add(snap["id"])
+    return live
