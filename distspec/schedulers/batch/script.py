@@ -79,12 +79,30 @@ def rank0_host_word(template: str, host: str) -> str:
     )
 
 
+#: Set in a role's env when it runs from a code snapshot (:mod:`distspec.snapshot.policy`).
+_SNAPSHOT_ENV = "DISTSPEC_SNAPSHOT"
+
+
+def env_exports(role: Role, values: MacroValues) -> list[str]:
+    """``export KEY=VALUE`` for the role's env; when it runs from a code snapshot, then a
+    check that this node sees it (one clear line and exit 2 where the snapshot store is
+    on a disk only the submitting machine has). No single quote: the lines may go into
+    a single-quoted ``bash -c`` word."""
+    lines = [f"export {key}={shell_word(value, values)}" for key, value in role.env.items()]
+    if _SNAPSHOT_ENV in role.env:
+        lines.append(
+            f'[ -d "${_SNAPSHOT_ENV}" ] || {{ echo "distspec: the code snapshot '
+            f'${_SNAPSHOT_ENV} is not on $(hostname): keep the snapshot store (the state '
+            'dir, or -cfg job_dir) on a file system every node mounts" >&2; exit 2; }'
+        )
+    return lines
+
+
 def role_function(func: str, role: Role, values: MacroValues) -> str:
     """A shell function ``func`` that exports the role's env and runs its command, with
     each macro mapped through ``values``."""
     lines = [f"{func}() {{  # role {role.name}"]
-    for key, value in role.env.items():
-        lines.append(f"  export {key}={shell_word(value, values)}")
+    lines.extend(f"  {line}" for line in env_exports(role, values))
     lines.append("  " + shell_join([role.entrypoint, *role.args], values))
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -228,7 +228,7 @@ def _plain_script(
     n = role.num_replicas
     name = role.name  # NAME_CHARS only: a plain word in the shell
     values = _macro_values(role)
-    env = [f"export {key}={shell_word(value, values)}" for key, value in role.env.items()]
+    env = batch.env_exports(role, values)
     command = shell_join([role.entrypoint, *role.args], values)
     unbuffered = " PYTHONUNBUFFERED=1" if opts.unbuffered else ""
     launched = "run here" if n == 1 else f"one task each ({opts.launcher.value})"

@@ -229,7 +229,7 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
         "  " + batch.STAY,
         "  " + batch.START,  # no single quote in it: the body is one single-quoted word
         '  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"',
-        *(f"  export {key}={shell_word(value, values)}" for key, value in role.env.items()),
+        *(f"  {line}" for line in batch.env_exports(role, values)),
         "  " + shell_join([role.entrypoint, *role.args], values),
         "  code=$?",
         '  echo "$code" > "$base.exit"',
