@@ -92,7 +92,7 @@ def env_exports(role: Role, values: MacroValues) -> list[str]:
     if _SNAPSHOT_ENV in role.env:
         lines.append(
             f'[ -d "${_SNAPSHOT_ENV}" ] || {{ echo "distspec: the code snapshot '
-            f'${_SNAPSHOT_ENV} is not on $(hostname): keep the snapshot store (the state '
+            f"${_SNAPSHOT_ENV} is not on $(hostname): keep the snapshot store (the state "
             'dir, or -cfg job_dir) on a file system every node mounts" >&2; exit 2; }'
         )
     return lines
