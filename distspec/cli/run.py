@@ -34,6 +34,13 @@ following and says how to follow or cancel the still-running job; a second one
 within 3 s (or --cancel-on-interrupt) cancels it. SIGTERM cancels a local job and
 detaches from the others. A reader that goes away (`| head`) counts as one Ctrl-C.
 
+The job runs the code it was submitted with: on slurm and pbs, distspec copies the
+files git tracks (and untracked ones it does not ignore) of the script's repository
+into a snapshot at submit, and the job runs that copy from the directory you submitted
+in (-cfg snapshot=on|off|auto; on local_cwd and kubernetes it is off unless asked).
+`distspec describe HANDLE` shows what ran (commit, diff, options); `distspec rerun
+HANDLE` runs the same code again.
+
 Exit codes: 0 success; the failing replica's exit code (or 1) when the job fails;
 2 for a usage mistake (nothing is submitted); 130 when interrupted; 141 when the
 reader of the output went away.
