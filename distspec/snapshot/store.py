@@ -577,7 +577,7 @@ class Store:
         tmp = _tmp_name(os.path.dirname(path))
         try:
             with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-                json.dump(data, f, separators=(",", ":"))
+                f.write(json.dumps(data, separators=(",", ":")))  # dump() encodes in Python
             os.replace(tmp, path)
         except BaseException:
             try:
