@@ -51,6 +51,7 @@ from distspec.schedulers.kubernetes.names import (
     split_app_id,
 )
 from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
+from distspec.schedulers.kubernetes.snapshot import job_path, require_job_dir, upload, wrap
 from distspec.schedulers.kubernetes.status import app_status, by_replica, parse_time, summary_state
 from distspec.specs.macros import Macro
 from distspec.specs.state import AppState, AppStatus
@@ -111,6 +112,7 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         # Elastic roles are judged per flavour by build_manifests, with a better message.
         check_capabilities(app, replace(self.capabilities, elastic=True), self.name)
         docs = build_manifests(app, opts, app_id=app_id)
+        wrap(docs, app, opts.job_dir)  # roles that run from a snapshot unpack it first
         kid = k8s_id(app_id)
         ns = opts.namespace
         if opts.flavor is Flavor.JOB:
@@ -148,6 +150,19 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         if not job_dir:
             return None
         return JobPaths(folder=f"{str(job_dir).rstrip('/')}/{kid}", log_pattern=None)
+
+    # -- the code snapshot -----------------------------------------------------
+
+    def snapshot_root(self, opts: KubernetesOptions) -> str:
+        """The local store, as on every backend; first, a snapshot needs ``job_dir``
+        (the archive travels through it): CompileError (exit 2) without one."""
+        require_job_dir(opts.job_dir)
+        return super().snapshot_root(opts)
+
+    def snapshot_job_path(self, tree: str, tree_id: str, opts: KubernetesOptions) -> str:
+        """``/tmp/distspec-snapshot/<tree id>``: the pod-local folder the container's
+        first step unpacks the archive into (:mod:`.snapshot`)."""
+        return job_path(tree_id)
 
     # -- connection ------------------------------------------------------------
 
@@ -196,9 +211,13 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     # -- submit ----------------------------------------------------------------
 
     def submit(self, request: Request) -> str:
-        """Create the objects of ``request``; returns ``<namespace>:<id>``."""
-        self._create(request, dry_run=False)
+        """Create the objects of ``request``; returns ``<namespace>:<id>``. A request
+        that runs from a snapshot has its archive uploaded to ``job_dir`` first (once
+        per tree); when that fails, nothing is created."""
         opts: KubernetesOptions = request.options
+        if request.snapshot is not None:
+            upload(request.snapshot, require_job_dir(opts.job_dir))
+        self._create(request, dry_run=False)
         self._save_record(
             opts.namespace,
             request.app_id,
