@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from distspec.runtime.call import PAYLOAD_WAIT
 from tests.slurm_cluster import (
     cluster_is_up,
     require_slurm_cluster,
@@ -370,9 +371,9 @@ def test_rerun_local_and_on_slurm_runs_the_first_runs_code_after_edits(
     cluster: None, env: dict[str, str], repo: Path, tmp_path: Path
 ) -> None:
     """A local run with -cfg snapshot=on, of a dirty tree; then the tree changes (edits,
-    a new commit). `distspec rerun` on local_cwd and on Slurm, from another directory,
-    print and write exactly what the first run did; describe names the run they repeat
-    and its commit, dirty flag and snapshot."""
+    a new commit). `distspec rerun` on local_cwd and on Slurm (in its store, and with a
+    job_dir of its own), from another directory, print and write exactly what the first
+    run did; describe names the run they repeat and its commit, dirty flag and snapshot."""
     (repo / "helper.py").write_text(_helper("h1-dirty"))  # not committed
     commit = git(repo, "rev-parse", "HEAD").strip()
     first = _ok(
@@ -403,7 +404,13 @@ def test_rerun_local_and_on_slurm_runs_the_first_runs_code_after_edits(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    for args, scheduler in (([], "local_cwd"), (["-s", "slurm"], "slurm")):
+    # On Slurm with its own job_dir the tree is copied into that folder's store.
+    jobs = tmp_path / "jobs"
+    for args, scheduler, store in (
+        ([], "local_cwd", snap["store"]),
+        (["-s", "slurm"], "slurm", snap["store"]),
+        (["-s", "slurm", "-cfg", f"job_dir={jobs}"], "slurm", f"{jobs}/snapshots"),
+    ):
         again = _ok(_cli(["rerun", handle, *args, "--wait"], env=env, cwd=elsewhere))
         assert expected in again.stdout, (scheduler, again.stdout, again.stderr)
         assert (repo / "out" / "result.txt").read_text() == "v1 h1-dirty hello\n", scheduler
@@ -414,9 +421,64 @@ def test_rerun_local_and_on_slurm_runs_the_first_runs_code_after_edits(
         again_record = _provenance(rerun, env, elsewhere)
         assert again_record["rerun_of"] == handle
         assert again_record["snapshot"]["id"] == snap["id"], again_record["snapshot"]
+        ran = again_record["snapshot"]["job_path"]
+        assert ran == f"{store}/trees/{snap['id']}", (args, again_record["snapshot"])
+        assert f"file={ran}/train.py" in again.stdout, again.stdout
         # The code it ran is the first run's: its commit and dirty state, not HEAD's.
         assert again_record["git"]["commit"] == commit, again_record["git"]
         assert again_record["git"]["dirty"] is True, again_record["git"]
+
+
+def test_rerun_of_a_callables_run_ends(cluster: None, env: dict[str, str], repo: Path) -> None:
+    """A run of `distspec.submit(fn)` took a snapshot, so `distspec rerun` accepts it;
+    the rerun must then either run the function again (its run folder gets a result) or
+    refuse (exit 2, one line), not start workers that wait for a call.pkl nothing
+    writes (they give up after PAYLOAD_WAIT). local_cwd: the same as on Slurm."""
+    program = (
+        "import distspec\n"
+        "def work():\n"
+        "    import helper\n"
+        "    return helper.V\n"
+        "job = distspec.submit(work, j='1x1', cfg={'snapshot': 'on'})\n"
+        "print(job.handle, job.results(timeout=120), flush=True)\n"
+    )
+    (repo / "launch.py").write_text(program)
+    git(repo, "add", "launch.py")
+    git(repo, "commit", "-q", "-m", "launch")
+    first = subprocess.run(
+        [sys.executable, "launch.py"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+        check=False,
+    )
+    assert first.returncode == 0 and "['h1']" in first.stdout, first.stdout + first.stderr
+    handle = _handle(first.stdout, "local_cwd")
+    proc = _cli(["rerun", handle], env=env, cwd=repo)
+    if proc.returncode == 2:
+        line = _one_error_line(proc, "rerun")
+        assert handle in line, line
+        return
+    rerun = _handle(_ok(proc).stdout, "local_cwd")
+    try:
+
+        def status() -> Any:
+            return json.loads(_ok(_cli(["status", "--json", rerun], env=env, cwd=repo)).stdout)
+
+        # The submitter writes call.pkl right after submit: once `rerun` has returned,
+        # nothing else will.
+        folder = Path(status()["location"])
+        assert (folder / "call.pkl").exists(), (
+            f"`distspec rerun {handle}` started {rerun} without the function: no call.pkl "
+            f"in {folder} (its workers wait {PAYLOAD_WAIT:.0f} s for it, then fail)"
+        )
+        _until(lambda: status()["state"] in {"SUCCEEDED", "FAILED", "CANCELLED"}, "the rerun")
+        assert status()["state"] == "SUCCEEDED", status()
+        assert (folder / "result-0.pkl").exists(), sorted(p.name for p in folder.iterdir())
+    finally:
+        _cli(["cancel", rerun], env=env, cwd=repo, timeout=60)
 
 
 # ------------------------------------------------------------------ bad input
