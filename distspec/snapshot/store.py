@@ -495,11 +495,12 @@ class Store:
                 key = _object_key(e)
                 obj = f"{objects}/{key[:2]}/{key}"
                 dest = f"{tmp_tree}/{e.path}"
-                try:
-                    self._link_or_copy(obj, dest, e)
-                    return key
-                except FileNotFoundError:
-                    pass
+                if key[:2] not in empty_shards:  # else nothing to link: skip the try
+                    try:
+                        self._link_or_copy(obj, dest, e)
+                        return key
+                    except FileNotFoundError:
+                        pass
                 self._copy_in(base, e, source(e), dest, trusted(e))
                 if key[:2] not in shards:
                     os.makedirs(f"{objects}/{key[:2]}", exist_ok=True)
@@ -513,6 +514,9 @@ class Store:
                 return key
 
             firsts = list(first.values())
+            # Shards (objects/ab) that do not exist yet hold nothing: in a new store,
+            # no link is tried for an object that cannot be there (one stat a shard).
+            empty_shards = {k[:2] for k in first if not os.path.isdir(f"{objects}/{k[:2]}")}
             _map(place, firsts, sum(e.size for e in firsts))
             for e in later:
                 key = _object_key(e)
