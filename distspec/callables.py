@@ -51,6 +51,7 @@ __all__ = [
     "compile_call",
     "distributed",
     "submit",
+    "submit_compiled",
 ]
 
 #: How many log lines a "died without a result" error quotes.
@@ -821,6 +822,18 @@ def submit(
     """
     settings = _settings_of(locals())
     call = _compile(fn, args, kwargs, where="distspec.submit", **settings)
+    return submit_compiled(call)
+
+
+def submit_compiled(call: CompiledCall) -> Job:
+    """Submit a compiled callable (:func:`compile_call`; ``distspec rerun`` also gives
+    a rerun's request with the first run's ``call.pkl``): the payload goes into the job
+    directory (before submit where the replicas cannot see this machine's files, else
+    right after), and the record :meth:`Job.from_handle` reads is written.
+
+    Raises:
+        CallableError: the job directory cannot be written (the job is cancelled).
+    """
     runner, request = call.runner, call.request
     early_dir = _job_dir_before_submit(runner, request)
     if early_dir is not None:

@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     from distspec.cli.run import submit_or_show
     from distspec.errors import UsageError
     from distspec.runner import tell
-    from distspec.snapshot.rerun import rerun_record, rerun_request
+    from distspec.snapshot.rerun import rerun_record, rerun_request, submitter
     from distspec.specs.options import parse_cfg
 
     if args.output and not args.dryrun:
@@ -71,4 +71,4 @@ def main(args: argparse.Namespace) -> int:
         cfg=cfg,
         script_args=args.after_dashes,
     )
-    return submit_or_show(runner, request, args)
+    return submit_or_show(runner, request, args, submitter(runner, args.handle, request))

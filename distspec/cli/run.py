@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -135,9 +135,17 @@ def main(args: argparse.Namespace) -> int:
     return submit_or_show(runner, request, args)
 
 
-def submit_or_show(runner: Runner, request: Any, args: argparse.Namespace) -> int:
+def submit_or_show(
+    runner: Runner,
+    request: Any,
+    args: argparse.Namespace,
+    submit: Callable[[Any], AppHandle] | None = None,
+) -> int:
     """What ``run`` and ``rerun`` do with a compiled ``request``: print it (``--dryrun``,
-    ``-o``, ``--json``), submit it, or submit and follow it (``--wait``)."""
+    ``-o``, ``--json``), submit it (with ``submit``, by default ``runner.submit``), or
+    submit and follow it (``--wait``)."""
+    if submit is None:
+        submit = runner.submit
     from distspec.cli._shared import print_json
     from distspec.errors import UsageError
 
@@ -167,7 +175,7 @@ def submit_or_show(runner: Runner, request: Any, args: argparse.Namespace) -> in
             sys.stdout.write(request.render())
         return 0
     if not args.wait:
-        handle = runner.submit(request)
+        handle = submit(request)
         if args.json:
             print_json({"handle": handle.format()})
         else:
@@ -181,7 +189,7 @@ def submit_or_show(runner: Runner, request: Any, args: argparse.Namespace) -> in
     # before submit rather than after the handle is printed.
     with _term_as_interrupt() as terminated:
         began = time.monotonic()
-        handle = runner.submit(request)
+        handle = submit(request)
         try:
             status = follow(
                 runner,

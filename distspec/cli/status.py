@@ -188,9 +188,9 @@ def provenance_text(record: dict[str, object]) -> str:
         lines.append(f"  git:       {commit}{where}{remote}")
         if git.get("dirty"):
             changed = git.get("changed") or []
+            files = "1 file differs" if len(changed) == 1 else f"{len(changed)} files differ"
             lines.append(
-                f"  dirty:     {len(changed)} files differ from HEAD; their diff: {git.get('patch')}"
-                " in the job folder"
+                f"  dirty:     {files} from HEAD; their diff: {git.get('patch')} in the job folder"
             )
         else:
             lines.append("  dirty:     no")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from distspec.schedulers.api import Request
     from distspec.specs.app import AppDef
 
-__all__ = ["rerun_record", "rerun_request"]
+__all__ = ["callable_payload", "rerun_record", "rerun_request", "submitter"]
 
 
 def rerun_record(runner: Runner, handle: str) -> dict[str, Any]:
@@ -88,6 +88,11 @@ def rerun_request(
     app = AppDef.from_dict(record["app"])
     app = _unmasked(app, MASK, str(h))
     if script_args is not None:
+        if callable_payload(runner, handle) is not None:
+            raise UsageError(
+                f"{h} ran a Python callable, whose arguments were pickled with it; it "
+                "reruns with the same ones (leave out the words after --)"
+            )
         app = _with_script_args(app, list(script_args))
     target = scheduler or h.scheduler
     options: dict[str, Any] = {}
@@ -184,3 +189,75 @@ def _with_script_args(app: AppDef, new: list[str]) -> AppDef:
             raise UsageError(f"role {role.name!r} has no script or module to give new arguments to")
         roles.append(replace(role, args=(*args[:cut], *new)))
     return replace(app, roles=tuple(roles))
+
+
+def callable_payload(runner: Runner, handle: str) -> bytes | None:
+    """The pickled function and arguments (``call.pkl``) of a run ``distspec.submit``
+    started, from its job folder; None for any other run."""
+    from distspec.runtime.call_protocol import CALL_FILE, join
+
+    h = _parse(handle)
+    paths = runner.scheduler(h.scheduler).job_paths(h.app_id)
+    if paths is None:
+        return None
+    path = join(paths.folder, CALL_FILE)
+    try:
+        if "://" in path:
+            import fsspec
+
+            with fsspec.open(path, "rb") as f:
+                data: bytes = f.read()
+                return data
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except Exception as e:
+        raise UsageError(f"{h}: cannot read its pickled function ({path}): {e}") from None
+
+
+def submitter(runner: Runner, handle: str, request: Request) -> Any:
+    """What submits the rerun ``request`` of ``handle``: ``runner.submit``, or, for a run
+    of a Python callable, the callables' submit, which puts the first run's pickled
+    function and arguments into the new job's folder (the workers wait for it)."""
+    payload = callable_payload(runner, handle)
+    if payload is None:
+        return runner.submit
+    from distspec.callables import CompiledCall, submit_compiled
+
+    role = request.app.roles[0]
+    nodes = role.num_replicas
+    nproc = _nproc(role)
+
+    def submit(req: Request) -> Any:
+        from distspec.specs.handles import AppHandle
+
+        call = CompiledCall(
+            request=req,
+            payload=payload,
+            runner=runner,
+            nodes=nodes,
+            nproc_per_node=nproc,
+            role=role.name,
+        )
+        return AppHandle.parse(submit_compiled(call).handle)
+
+    return submit
+
+
+def _nproc(role: Any) -> int:
+    """Processes per node of a torchrun role (its ``--nproc_per_node``), else 1."""
+    args = list(role.args)
+    for flag in ("--nproc_per_node", "--nproc-per-node"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            try:
+                return int(args[args.index(flag) + 1])
+            except ValueError:
+                break
+    return 1
+
+
+def _parse(handle: str) -> Any:
+    from distspec.specs.handles import AppHandle
+
+    return AppHandle.parse(handle)
