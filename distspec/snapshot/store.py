@@ -26,10 +26,21 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import stat
 import time
 
 from distspec.errors import SnapshotError
+from distspec.snapshot._fileops import (
+    _Build,
+    _hash_file,
+    _map,
+    _rmtree,
+    _tmp_name,
+    _unique_bytes,
+    _unreadable,
+    copy_in,
+    link_or_copy,
+    write_tar,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,10 +56,6 @@ __all__ = ["Plan", "Store"]
 # A stat the cache (or materialize's copy check) trusts must be older than the listing
 # by this much: a file written twice within one timestamp tick keeps its stat.
 _RACY_NS = 1_000_000_000
-# Hash or copy on threads above this many bytes (hashlib and copy_file_range drop the GIL).
-_THREADS_FROM = 16 * 1024 * 1024
-_CHUNK = 1 << 20
-_LINK_FALLBACK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES, errno.ENOTSUP)
 
 
 class Plan:
@@ -126,106 +133,6 @@ def _check_id(tree_id: str) -> str:
 
 def _object_key(entry: Entry) -> str:
     return entry.digest + ("x" if entry.executable else "")
-
-
-def _hash_stream(fd: int) -> str:
-    """sha256 of what is left to read from ``fd`` (``hashlib.file_digest`` is 3.11+)."""
-    h = hashlib.sha256()
-    while True:
-        chunk = os.read(fd, _CHUNK)
-        if not chunk:
-            return h.hexdigest()
-        h.update(chunk)
-
-
-def _hash_file(path: str) -> str:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return _hash_stream(fd)
-    finally:
-        os.close(fd)
-
-
-def _unreadable(base: str, rel: str, e: OSError) -> SnapshotError:
-    if isinstance(e, FileNotFoundError):
-        return SnapshotError(f"{base}/{rel} disappeared while it was snapshotted; submit again")
-    return SnapshotError(
-        f"cannot read {base}/{rel} to snapshot it ({e.strerror or e}); exclude it with "
-        f".gitignore or -cfg snapshot_exclude={rel}"
-    )
-
-
-def _map(fn: Callable[[_T], str], items: list[_T], nbytes: int) -> list[str]:
-    """``[fn(i) for i in items]``, on threads when there is enough work."""
-    if nbytes < _THREADS_FROM or len(items) < 8:
-        return [fn(i) for i in items]
-    from concurrent.futures import ThreadPoolExecutor
-
-    workers = min(4, os.cpu_count() or 1) or 1
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items, chunksize=16))
-
-
-def _copy_fd(src: int, dst: int, size: int) -> None:
-    """Copy ``size`` bytes from ``src`` to ``dst`` in the kernel where it can."""
-    left = size
-    try:
-        while left > 0:
-            n = os.copy_file_range(src, dst, left)
-            if n == 0:
-                break
-            left -= n
-        return
-    except OSError as e:
-        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-            raise
-    os.lseek(src, size - left, os.SEEK_SET)
-    while True:
-        chunk = os.read(src, _CHUNK)
-        if not chunk:
-            break
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
-
-
-def _hash_fd(fd: int) -> str:
-    os.lseek(fd, 0, os.SEEK_SET)
-    return _hash_stream(fd)
-
-
-def _tmp_name(folder: str) -> str:
-    return os.path.join(folder, f".tmp-{os.getpid()}-{os.urandom(6).hex()}")
-
-
-def _rmtree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-class _Build:
-    """What one materialize call made, to remove it all if the call fails."""
-
-    def __init__(self) -> None:
-        self.temps: list[str] = []
-        self.objects: list[str] = []
-        self.tree: str | None = None
-
-    def undo(self) -> None:
-        if self.tree is not None:
-            _rmtree(self.tree)
-        for path in self.temps:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        for path in self.objects:
-            try:
-                if os.lstat(path).st_nlink == 1:  # nobody else linked it meanwhile
-                    os.unlink(path)
-            except OSError:
-                pass
 
 
 class Store:
@@ -387,63 +294,6 @@ class Store:
             "nothing was submitted"
         )
 
-    def _copy_in(
-        self,
-        base: str,
-        entry: Entry,
-        source: str,
-        dest: str,
-        trusted: tuple[int, int, int, int] | None,
-    ) -> None:
-        """Copy ``source`` to the new file ``dest``, read-only, checking it is the content
-        planned: by the source's stat when ``trusted`` (the planned stat, old enough)
-        still matches after the copy, else by hashing what was written."""
-        try:
-            src = os.open(source, os.O_RDONLY)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise _unreadable(base, entry.path, e) from e
-        try:
-            dst = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                _copy_fd(src, dst, entry.size)
-                after = os.fstat(src)
-                same = trusted is not None and trusted == (
-                    after.st_size,
-                    after.st_mtime_ns,
-                    after.st_ctime_ns,
-                    after.st_ino,
-                )
-                if not same and _hash_fd(dst) != entry.digest:
-                    raise SnapshotError(
-                        f"{base}/{entry.path} changed while it was snapshotted; submit again"
-                    )
-                os.fchmod(dst, 0o555 if entry.executable else 0o444)
-            finally:
-                os.close(dst)
-        finally:
-            os.close(src)
-
-    def _link_or_copy(self, obj: str, dest: str, entry: Entry) -> None:
-        """Link ``dest`` to the object, or copy it where a link cannot be made."""
-        try:
-            os.link(obj, dest)
-            return
-        except OSError as e:
-            if e.errno not in _LINK_FALLBACK:
-                raise
-        src = os.open(obj, os.O_RDONLY)
-        try:
-            dst = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                _copy_fd(src, dst, entry.size)
-                os.fchmod(dst, 0o555 if entry.executable else 0o444)
-            finally:
-                os.close(dst)
-        finally:
-            os.close(src)
-
     def _build(
         self,
         tree_id: str,
@@ -497,11 +347,11 @@ class Store:
                 dest = f"{tmp_tree}/{e.path}"
                 if key[:2] not in empty_shards:  # else nothing to link: skip the try
                     try:
-                        self._link_or_copy(obj, dest, e)
+                        link_or_copy(obj, dest, e)
                         return key
                     except FileNotFoundError:
                         pass
-                self._copy_in(base, e, source(e), dest, trusted(e))
+                copy_in(base, e, source(e), dest, trusted(e))
                 if key[:2] not in shards:
                     os.makedirs(f"{objects}/{key[:2]}", exist_ok=True)
                     shards.add(key[:2])
@@ -510,7 +360,7 @@ class Store:
                     build.objects.append(obj)
                 except FileExistsError:  # another process stored it first: share that one
                     os.unlink(dest)
-                    self._link_or_copy(obj, dest, e)
+                    link_or_copy(obj, dest, e)
                 return key
 
             firsts = list(first.values())
@@ -520,7 +370,7 @@ class Store:
             _map(place, firsts, sum(e.size for e in firsts))
             for e in later:
                 key = _object_key(e)
-                self._link_or_copy(f"{objects}/{key[:2]}/{key}", f"{tmp_tree}/{e.path}", e)
+                link_or_copy(f"{objects}/{key[:2]}/{key}", f"{tmp_tree}/{e.path}", e)
             self._write_manifest(tree_id, base, entries)
             try:
                 os.rename(tmp_tree, tree)
@@ -652,49 +502,17 @@ class Store:
         Raises:
             SnapshotError: the tree is not in this store, or the archive cannot be written.
         """
-        import gzip
-        import tarfile
-
         out = os.path.join(self.root, "archives", f"{_check_id(tree_id)}.tar.gz")
         if os.path.exists(out):
             return out
         entries = self.entries(tree_id)
         tree = self.tree_path(tree_id)
-        dirs: set[str] = set()
-        for e in entries:
-            parts = e.path.split("/")[:-1]
-            for i in range(len(parts)):
-                dirs.add("/".join(parts[: i + 1]))
-        items = sorted([(d, None) for d in dirs] + [(e.path, e) for e in entries])
         folder = os.path.dirname(out)
         tmp = ""
         try:
             os.makedirs(folder, exist_ok=True)
             tmp = _tmp_name(folder)
-            with (
-                open(tmp, "wb") as raw,
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-            ):
-                for name, entry in items:
-                    info = tarfile.TarInfo(name)
-                    info.mtime = 0
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    if entry is None:
-                        info.type = tarfile.DIRTYPE
-                        info.mode = 0o755
-                        tar.addfile(info)
-                    elif entry.kind == "link":
-                        info.type = tarfile.SYMTYPE
-                        info.linkname = entry.target
-                        info.mode = 0o777
-                        tar.addfile(info)
-                    else:
-                        info.mode = 0o755 if entry.executable else 0o644
-                        info.size = entry.size
-                        with open(os.path.join(tree, name), "rb") as f:
-                            tar.addfile(info, f)
+            write_tar(tmp, tree, entries)
             os.replace(tmp, out)
         except OSError as e:
             if tmp:
@@ -793,17 +611,3 @@ class Store:
                 except OSError:
                     pass
         return tuple(removed), freed
-
-
-def _unique_bytes(tree: str) -> int:
-    """Bytes deleting ``tree`` frees: its files no object or other tree links to."""
-    total = 0
-    for folder, _dirs, files in os.walk(tree):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                total += st.st_size
-    return total
