@@ -67,8 +67,10 @@ class KubernetesOptions(SnapshotOptions):
     context: str | None = option(None, "Kubeconfig context for submit (default: current).")
     job_dir: str | None = option(
         None,
-        "Job directory of Python callables, an fsspec URL (s3://bucket/prefix, gs://..., "
-        "any protocol the image can read): pods see <job_dir>/<app id> as $DISTSPEC_JOB_DIR.",
+        "Job directory, an fsspec URL the pods and this machine both reach (s3://bucket/prefix, "
+        "gs://..., file:// on a shared volume): pods see <job_dir>/<app id> as "
+        "$DISTSPEC_JOB_DIR (a callable's payload and results, the provenance record); "
+        "snapshot=on needs it (the code travels as <job_dir>/snapshots/<tree id>.tar.gz).",
     )
     unbuffered: bool = option(
         True,
