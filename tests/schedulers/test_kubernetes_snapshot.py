@@ -287,6 +287,42 @@ def test_compile_without_a_snapshot_is_unchanged(repo: Path, api: FakeApiServer)
     assert "train.py" in plain.render() and POD_ROOT not in plain.render()
 
 
+@pytest.mark.parametrize("flavor", ["job", "jobset", "volcano"])
+def test_every_flavour_unpacks_first(repo: Path, state_dir: Path, flavor: str) -> None:
+    import yaml
+
+    runner = Runner()
+    app = runner.bind(
+        _ddp(), ["-j", "2x1", "--image", "img:1", "--script", "train.py"], scheduler="kubernetes"
+    )
+    cfg = {"snapshot": "on", "job_dir": "gs://b/jobs/", "flavor": flavor}
+    req = runner.dryrun(app, "kubernetes", cfg, app_id="a-1")
+    tree_id = req.snapshot.tree_id
+    containers = [c for doc in yaml.safe_load_all(req.render()) if doc for c in _containers_of(doc)]
+    assert containers
+    for c in containers:
+        assert c["command"] == [
+            "python",
+            "-m",
+            "distspec.runtime.unpack",
+            f"gs://b/jobs/snapshots/{tree_id}.tar.gz",
+            f"{POD_ROOT}/{tree_id}",
+            "--",
+            "torchrun",
+        ]
+        assert c["args"][-1] == f"{POD_ROOT}/{tree_id}/train.py"
+
+
+def _containers_of(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list):
+            return list(node["containers"])
+        return [c for v in node.values() for c in _containers_of(v)]
+    if isinstance(node, list):
+        return [c for v in node for c in _containers_of(v)]
+    return []
+
+
 # -- the unpacker -------------------------------------------------------------------------
 
 
