@@ -221,6 +221,11 @@ def test_pod_runs_the_snapshot_after_the_tree_changed(
         kid = second.split(":", 1)[1]
         assert (tmp_path / "shared" / "jobs" / kid / "provenance.json").is_file()
 
+    # describe's provenance record, read back from the job folder under job_dir
+    record = runner.provenance(f"kubernetes://{runner.session}/{second}")
+    assert record is not None and record["snapshot"]["id"] == tree_id
+    assert record["snapshot"]["job_path"] == f"{POD_ROOT}/{tree_id}"
+
     job = _job(api, second)
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["command"][:3] == ["python", "-m", "distspec.runtime.unpack"]
