@@ -153,6 +153,11 @@ def submit_or_show(
     scheduler = request.scheduler
     if args.dryrun:
         if args.output:
+            if request.snapshot is not None:
+                # submit.sh submits a job that runs the snapshot: it must exist by then.
+                from distspec.snapshot.policy import take
+
+                tell(f"distspec: the job runs the code snapshot {take(request.snapshot)}")
             try:
                 written = request.write(args.output)
             except OSError as e:

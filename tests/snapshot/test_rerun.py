@@ -179,3 +179,29 @@ def test_prune_deletes_the_snapshots_no_kept_run_uses(
     left = [n for n in os.listdir(trees) if not n.startswith(".")]
     record = json.loads(distspec("describe", "--json", second, cwd=repo).stdout)["provenance"]
     assert left == [record["snapshot"]["id"]]
+
+
+def test_dry_run_files_for_submitting_by_hand_come_with_their_snapshot(
+    repo: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    out = tmp_path / "out"
+    proc = distspec(
+        "run",
+        "-s",
+        "slurm",
+        "--dryrun",
+        "-o",
+        str(out),
+        "dist.ddp",
+        "--script",
+        "train.py",
+        cwd=repo,
+    )
+    assert proc.returncode == 0, proc.stderr
+    trees = [n for n in os.listdir(state_dir / "snapshots" / "trees") if not n.startswith(".")]
+    assert (
+        len(trees) == 1 and f"code snapshot {state_dir}/snapshots/trees/{trees[0]}" in proc.stderr
+    )
+    script = next(out.glob("*.sbatch")).read_text()
+    assert f"/snapshots/trees/{trees[0]}/train.py" in script
+    assert (state_dir / "snapshots" / "trees" / trees[0] / "train.py").read_text() == TRAIN
