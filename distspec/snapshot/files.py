@@ -55,6 +55,17 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "lightning_logs",
     "mlruns",
     ".DS_Store",
+    # What a home directory holds besides code (a script kept in $HOME/project/ with
+    # no repository is snapshotted by walking that folder; these never belong in it).
+    ".cache",
+    ".local",
+    ".conda",
+    ".config",
+    ".npm",
+    ".cargo",
+    ".rustup",
+    ".idea",
+    ".vscode",
 )
 
 _FIX = (
@@ -277,12 +288,15 @@ class _Collector:
             elif self.add(rel, st) and record[0] == "?":
                 untracked.append(rel)
 
-    def walk(self, rel_dir: str) -> None:
-        """Take everything under ``base/rel_dir`` but the default and given excludes."""
+    def walk(self, rel_dir: str, limit: int) -> None:
+        """Take everything under ``base/rel_dir`` but the default and given excludes,
+        stopping once the files take more than ``limit`` bytes (the size cap then
+        refuses the snapshot: a folder such as a home directory is not walked whole)."""
         default = _default_excluded
         excluded = self.excluded
         stack = [rel_dir]
-        while stack:
+        total = 0
+        while stack and total <= limit:
             current = stack.pop()
             with os.scandir(os.path.join(self.base, current) if current else self.base) as it:
                 for item in it:
@@ -295,8 +309,8 @@ class _Collector:
                     st = item.stat(follow_symlinks=False)
                     if stat.S_ISDIR(st.st_mode):
                         stack.append(rel)
-                    else:
-                        self.add(rel, st)
+                    elif self.add(rel, st):
+                        total += st.st_size
 
     def link_entries(self) -> list[Entry]:
         """The links, their targets rewritten by the symlink policy (module docstring)."""
@@ -351,7 +365,7 @@ def _human(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def _check_size(base: str, entries: list[Entry], max_bytes: int) -> None:
+def _check_size(base: str, entries: list[Entry], max_bytes: int, *, walked: bool) -> None:
     total = sum(e.size for e in entries)
     if total <= max_bytes:
         return
@@ -362,10 +376,23 @@ def _check_size(base: str, entries: list[Entry], max_bytes: int) -> None:
         top[key] = top.get(key, 0) + e.size
     largest = sorted(top.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
     named = ", ".join(f"{name} ({_human(size)})" for name, size in largest)
-    raise SnapshotError(
-        f"the snapshot of {base} would take {_human(total)}, over the cap of "
-        f"{_human(max_bytes)}; largest: {named}; {_FIX}"
-    )
+    if walked:  # the walk stopped at the cap: the total is what it had seen by then
+        size = f"more than the cap of {_human(max_bytes)} (walk stopped at {_human(total)})"
+    else:
+        size = f"{_human(total)}, over the cap of {_human(max_bytes)}"
+    raise SnapshotError(f"the snapshot of {base} would take {size}; largest: {named}; {_FIX}")
+
+
+def _check_plain_base(base: str) -> None:
+    """Refuse to walk a home directory or ``/``: a script kept there with no repository
+    would have the snapshot copy everything the user has."""
+    if base == "/" or base == os.path.abspath(os.path.expanduser("~")):
+        what = "the root folder" if base == "/" else "your home folder"
+        raise SnapshotError(
+            f"{base} is not in a git repository and is {what}: a snapshot would copy all "
+            "of it; keep the code in a folder of its own (or a git repository), or run "
+            "without one: -cfg snapshot=off"
+        )
 
 
 def _path_of(entry: Entry) -> str:
@@ -403,7 +430,8 @@ def collect(base: str, *, exclude: Sequence[str] = (), max_bytes: int) -> Listin
                 git = False  # no git installed: a plain walk
                 collector = _Collector(base, collector.excluded)
         if not git:
-            collector.walk("")
+            _check_plain_base(base)
+            collector.walk("", max_bytes)
     except PermissionError as e:
         where = e.filename or base
         raise SnapshotError(
@@ -413,7 +441,7 @@ def collect(base: str, *, exclude: Sequence[str] = (), max_bytes: int) -> Listin
     entries = list(collector.files.values())
     entries.extend(collector.link_entries())
     entries.sort(key=_path_of)
-    _check_size(base, entries, max_bytes)
+    _check_size(base, entries, max_bytes, walked=not git)
     return Listing(
         base=base,
         git=git,

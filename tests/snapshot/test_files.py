@@ -284,3 +284,31 @@ def test_find_base_defaults_to_the_working_directory(
     make_repo(tmp_path / "r", {"a/b.py": "b"})
     monkeypatch.chdir(tmp_path / "r" / "a")
     assert find_base() == (str(tmp_path / "r"), True)
+
+
+def test_a_plain_walk_stops_at_the_cap_and_refuses_a_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = tmp_path / "plain"
+    write(plain, {f"d{i}/f.bin": b"\0" * 4000 for i in range(50)})
+    seen: list[str] = []
+    real = os.scandir
+
+    def counting(path: str):  # type: ignore[no-untyped-def]
+        seen.append(path)
+        return real(path)
+
+    monkeypatch.setattr(files_mod.os, "scandir", counting)
+    with pytest.raises(SnapshotError, match=r"more than the cap of 10.0 KB \(walk stopped at"):
+        collect(str(plain), max_bytes=10_000)
+    assert len(seen) < 10  # it did not walk all 51 folders to say no
+    monkeypatch.setattr(files_mod.os, "scandir", real)
+    home = tmp_path / "home"
+    write(home, {"train.py": "print(1)\n", ".cache/pip/x": "y"})
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(SnapshotError, match="is your home folder: a snapshot would copy all"):
+        collect(str(home), max_bytes=BIG)
+    # Below it, the folders a home holds besides code are left out.
+    project = home / "project"
+    write(project, {"train.py": "1", ".cache/x": "2", ".local/lib/y.py": "3"})
+    assert paths(collect(str(project), max_bytes=BIG)) == ["train.py"]
