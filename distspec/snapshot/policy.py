@@ -91,6 +91,13 @@ def plan(app: AppDef, sched: Scheduler[Any], opts: Any) -> Snapshot | None:
     """
     if not wanted(opts, sched.capabilities.snapshot_default):
         return None
+    if opts.snapshot_max_mb < 1:
+        from distspec.errors import UsageError
+
+        raise UsageError(
+            f"snapshot_max_mb={opts.snapshot_max_mb}: give the largest snapshot in MB (>= 1), "
+            "or -cfg snapshot=off to take none"
+        )
     from distspec.snapshot.files import collect, find_base
     from distspec.snapshot.store import Store
 

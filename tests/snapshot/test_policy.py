@@ -201,3 +201,11 @@ def test_describe_shows_the_provenance(repo: Path, state_dir: Path) -> None:
         ).stdout
     )
     assert data["provenance"]["git"]["commit"] == head
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_size_cap_below_one_mb_is_refused(repo: Path, value: str) -> None:
+    from distspec.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"snapshot_max_mb={value}: give the largest"):
+        Runner().dryrun(ddp(script="train.py"), "slurm", {"snapshot_max_mb": value})
