@@ -112,6 +112,9 @@ def plan(app: AppDef, sched: Scheduler[Any], opts: Any) -> Snapshot | None:
     listing = collect(
         base, exclude=tuple(opts.snapshot_exclude), max_bytes=int(opts.snapshot_max_mb) << 20
     )
+    paths = frozenset(e.path for e in listing.entries)
+    for role in app.roles:
+        _check_script_taken(role, sched.working_dir(role, opts), base, paths)
     store = Store(sched.snapshot_root(opts))
     planned = store.plan(listing)
     tree = store.tree_path(planned.tree_id)
@@ -127,8 +130,28 @@ def plan(app: AppDef, sched: Scheduler[Any], opts: Any) -> Snapshot | None:
         bytes=planned.bytes,
         untracked=tuple(planned.untracked),
         dirty=str(getattr(opts.snapshot_dirty, "value", opts.snapshot_dirty)),
-        paths=frozenset(e.path for e in planned.entries),
+        paths=paths,
         plan=planned,
+    )
+
+
+def _check_script_taken(role: Role, workdir: str, base: str, paths: frozenset[str]) -> None:
+    """Refuse a role whose script lies in the snapshot's folder but is not taken (git
+    ignores it, or ``snapshot_exclude`` leaves it out): the job would run the file on
+    disk, not the code submitted."""
+    script = role.metadata.get(SCRIPT_METADATA)
+    if not script:
+        return
+    path = os.path.normpath(os.path.join(workdir, script))
+    rel = os.path.relpath(path, base)
+    if rel.startswith("..") or rel in paths or not os.path.exists(path):
+        return
+    from distspec.errors import SnapshotError
+
+    raise SnapshotError(
+        f"role {role.name!r}: its script {script} is not in the snapshot of {base} (git "
+        "ignores it, or snapshot_exclude leaves it out), so the job would run the file on "
+        "disk; track it (git add), stop excluding it, or -cfg snapshot=off"
     )
 
 

@@ -209,3 +209,12 @@ def test_a_size_cap_below_one_mb_is_refused(repo: Path, value: str) -> None:
 
     with pytest.raises(UsageError, match=f"snapshot_max_mb={value}: give the largest"):
         Runner().dryrun(ddp(script="train.py"), "slurm", {"snapshot_max_mb": value})
+
+
+def test_a_script_the_snapshot_leaves_out_is_refused(repo: Path) -> None:
+    write(repo, {"scratch/try.py": "print(1)\n"})
+    (repo / ".gitignore").write_text("data/\nout/\nscratch/\n")
+    with pytest.raises(SnapshotError, match=r"its script scratch/try.py is not in the snapshot"):
+        Runner().dryrun(ddp(script="scratch/try.py"), "slurm")
+    with pytest.raises(SnapshotError, match="snapshot_exclude leaves it out"):
+        Runner().dryrun(ddp(script="train.py"), "slurm", {"snapshot_exclude": "train.py"})
