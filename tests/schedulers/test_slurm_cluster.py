@@ -440,5 +440,7 @@ def test_job_dir_holds_script_and_logs_and_the_job_runs_where_it_was_submitted(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"cwd={work}" in proc.stdout, proc.stdout
     assert list(jobs.glob("*.sbatch")), list(jobs.iterdir())
-    (folder,) = [p for p in jobs.iterdir() if p.is_dir()]
+    # The code snapshot's store is there too (job_dir is on the file system the nodes share).
+    assert (jobs / "snapshots" / "trees").is_dir()
+    (folder,) = [p for p in jobs.iterdir() if p.is_dir() and p.name != "snapshots"]
     assert f"cwd={work}" in (folder / "where-0.log").read_text()
