@@ -49,12 +49,12 @@ def gen_docs(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def distspec(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+def distspec(*args: str, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "distspec", *args],
         capture_output=True,
         text=True,
-        cwd=home,
+        cwd=cwd or home,
         env=_env(home),
         timeout=60,
         check=False,
@@ -168,11 +168,15 @@ DRY_RUNS: tuple[str, ...] = (
 
 
 def _dry_runs(home: Path) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
-    (home / "train.py").write_text("print('hi')\n")
-    (home / "t.py").write_text("print('hi')\n")
+    # A project folder of its own: Slurm and PBS snapshot the script's folder, and a
+    # script directly in the home folder (HOME is home here) is refused.
+    project = home / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('hi')\n")
+    (project / "t.py").write_text("print('hi')\n")
     for line in DRY_RUNS:
         args = tuple(line.split())
-        proc = distspec("run", "--dryrun", "--json", *args, home=home)
+        proc = distspec("run", "--dryrun", "--json", *args, home=home, cwd=project)
         assert proc.returncode == 0, (args, proc.stderr)
         yield args, json.loads(proc.stdout)
 
