@@ -490,6 +490,7 @@ def exit_code(
         for text in excerpt:
             print(text, file=err)
         print("---", file=err)
+        _snapshot_note(runner, handle, excerpt, err)
         if aborted_at_exit(excerpt):
             print(
                 f"  note: {what} aborted as its process exited, after its script had returned "
@@ -506,6 +507,23 @@ def exit_code(
     more = f"--rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
     print(f"  its log:       distspec log {handle} {more}", file=err)
     return job_exit_code(status)
+
+
+def _snapshot_note(runner: Runner, handle: AppHandle, excerpt: list[str], err: TextIO) -> None:
+    """Say which folder a traceback's snapshot paths copy, when the excerpt names them."""
+    try:
+        record = runner.provenance(handle)
+    except Exception:  # a courtesy: the failure report stands without it
+        return
+    snap = (record or {}).get("snapshot")
+    if not isinstance(snap, dict) or not snap.get("job_path"):
+        return
+    if any(str(snap["job_path"]) in line for line in excerpt):
+        print(
+            f"  (the job ran the code snapshot {snap['job_path']}/: {snap.get('base')}/ "
+            "as it was submitted)",
+            file=err,
+        )
 
 
 def _print_script_output(status: AppStatus, err: TextIO, lines: int = 10) -> None:
