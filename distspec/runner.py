@@ -232,7 +232,7 @@ class Runner:
         if snapshot is None and _wants_snapshot(opts, sched):
             from distspec.snapshot.policy import plan
 
-            snapshot = plan(app, sched, opts)
+            snapshot = plan(app, sched, opts, keep_out=(self.config.state_dir,))
         if snapshot is not None:
             from distspec.snapshot.policy import rewrite
 

@@ -380,7 +380,8 @@ def _check_size(base: str, entries: list[Entry], max_bytes: int, *, walked: bool
         size = f"more than the cap of {_human(max_bytes)} (walk stopped at {_human(total)})"
     else:
         size = f"{_human(total)}, over the cap of {_human(max_bytes)}"
-    raise SnapshotError(f"the snapshot of {base} would take {size}; largest: {named}; {_FIX}")
+    fix = _FIX.replace(".gitignore or ", "") if walked else _FIX  # no repository: no .gitignore
+    raise SnapshotError(f"the snapshot of {base} would take {size}; largest: {named}; {fix}")
 
 
 def _check_plain_base(base: str) -> None:

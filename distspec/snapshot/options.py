@@ -33,7 +33,7 @@ class DirtyPolicy(str, enum.Enum):
 
 @frozen
 class SnapshotOptions:
-    """The snapshot options (see docs/guide/snapshots.md); a base of every backend's options."""
+    """The snapshot options (see docs/snapshots.md); a base of every backend's options."""
 
     snapshot: SnapshotMode = option(
         SnapshotMode.AUTO,

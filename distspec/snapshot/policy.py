@@ -63,6 +63,8 @@ class Snapshot:
     bytes: int = 0
     #: Files taken that git does not track (not ignored either).
     untracked: tuple[str, ...] = ()
+    #: ``(path, commit)`` of each submodule (or nested repository) taken.
+    submodules: tuple[tuple[str, str], ...] = ()
     #: What to do with uncommitted changes (:class:`~distspec.snapshot.options.DirtyPolicy`).
     dirty: str = "warn"
     #: The relative paths in the tree (files and links), for :func:`rewrite`.
@@ -82,9 +84,13 @@ def wanted(opts: Any, default: bool) -> bool:
     return mode == "on" or (mode == "auto" and default)
 
 
-def plan(app: AppDef, sched: Scheduler[Any], opts: Any) -> Snapshot | None:
+def plan(
+    app: AppDef, sched: Scheduler[Any], opts: Any, *, keep_out: tuple[str, ...] = ()
+) -> Snapshot | None:
     """The snapshot ``app`` would run from on ``sched`` with ``opts``, or None when
-    its options say not to take one. Lists and hashes the files; copies nothing.
+    its options say not to take one. Lists and hashes the files; copies and writes
+    nothing. ``keep_out``: folders never taken (the state directory), as are the store
+    and a ``job_dir`` when they lie inside the snapshotted folder.
 
     Raises:
         SnapshotError: the tree is over the size cap or has a file that cannot be read.
@@ -109,14 +115,19 @@ def plan(app: AppDef, sched: Scheduler[Any], opts: Any) -> Snapshot | None:
         if os.path.exists(path):
             start = os.path.dirname(os.path.abspath(path))
     base, is_git = find_base(start)
+    root = sched.snapshot_root(opts)
+    job_dir = getattr(opts, "job_dir", None)
+    inside = _inside(base, (root, *keep_out, *([job_dir] if job_dir else [])))
     listing = collect(
-        base, exclude=tuple(opts.snapshot_exclude), max_bytes=int(opts.snapshot_max_mb) << 20
+        base,
+        exclude=(*opts.snapshot_exclude, *inside),
+        max_bytes=int(opts.snapshot_max_mb) << 20,
     )
     paths = frozenset(e.path for e in listing.entries)
     for role in app.roles:
         _check_script_taken(role, sched.working_dir(role, opts), base, paths)
-    store = Store(sched.snapshot_root(opts))
-    planned = store.plan(listing)
+    store = Store(root)
+    planned = store.plan(listing, save=False)
     tree = store.tree_path(planned.tree_id)
     return Snapshot(
         tree_id=planned.tree_id,
@@ -129,10 +140,26 @@ def plan(app: AppDef, sched: Scheduler[Any], opts: Any) -> Snapshot | None:
         files=planned.files,
         bytes=planned.bytes,
         untracked=tuple(planned.untracked),
+        submodules=tuple(planned.submodules),
         dirty=str(getattr(opts.snapshot_dirty, "value", opts.snapshot_dirty)),
         paths=paths,
         plan=planned,
     )
+
+
+def _inside(base: str, folders: tuple[str, ...]) -> tuple[str, ...]:
+    """Exclude globs for each of ``folders`` (local paths) that lies inside ``base``:
+    distspec's own files (the store, runs, job folders) are never part of the code."""
+    globs = []
+    for folder in folders:
+        if "://" in folder:
+            continue
+        rel = os.path.relpath(os.path.realpath(folder), os.path.realpath(base))
+        if rel == "." or rel.startswith(".."):
+            continue
+        quoted = "".join(f"[{c}]" if c in "*?[" else c for c in rel)
+        globs += [quoted, f"{quoted}/*"]
+    return tuple(globs)
 
 
 def _check_script_taken(role: Role, workdir: str, base: str, paths: frozenset[str]) -> None:
@@ -164,7 +191,10 @@ def take(snapshot: Snapshot) -> str:
     from distspec.snapshot.store import Store
 
     if snapshot.plan is not None:
-        return Store(snapshot.root).materialize(snapshot.plan)
+        store = Store(snapshot.root)
+        tree = store.materialize(snapshot.plan)
+        store.remember(snapshot.plan)  # the stat cache, which the dry run did not write
+        return tree
     if snapshot.source is not None and not os.path.isdir(snapshot.tree):
         return Store(snapshot.root).copy_tree_from(Store(snapshot.source), snapshot.tree_id)
     return snapshot.tree

@@ -177,7 +177,8 @@ def check_dirty(snapshot: Snapshot, state: GitState | None) -> None:
 
     tell(
         f"distspec: snapshot of {snapshot.base}: {files} from HEAD ({head}); the job "
-        f"runs them as they are now (their diff is kept as {PATCH_FILE} in its job folder)"
+        f"runs {'it' if count == 1 else 'them'} as {'it is' if count == 1 else 'they are'} "
+        f"now (the diff is kept as {PATCH_FILE} in its job folder)"
     )
 
 
@@ -275,6 +276,7 @@ def record(
             "files": snapshot.files,
             "bytes": snapshot.bytes,
             "untracked": list(snapshot.untracked),
+            "submodules": {path: commit for path, commit in snapshot.submodules},
         }
     return {
         "version": VERSION,

@@ -136,6 +136,7 @@ def _reused(
         files=int(snap.get("files") or 0),
         bytes=int(snap.get("bytes") or 0),
         untracked=tuple(snap.get("untracked") or ()),
+        submodules=tuple((snap.get("submodules") or {}).items()),
         dirty="allow",
         paths=frozenset(paths),
         source=None if same else source,

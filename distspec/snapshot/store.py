@@ -74,6 +74,7 @@ class Plan:
     """
 
     __slots__ = (
+        "_cache_update",
         "_stats",
         "_trusted_before",
         "base",
@@ -110,6 +111,9 @@ class Plan:
         # ctime before _trusted_before (ns) is old enough to trust.
         self._stats = stats or {}
         self._trusted_before = trusted_before
+        # The stat cache as this plan would leave it (None: unchanged), written by
+        # Store.remember (a dry run plans without writing anything).
+        self._cache_update: dict[str, tuple[tuple[int, int, int, int], str]] | None = None
 
     def __repr__(self) -> str:
         return f"Plan({self.tree_id}, {self.base!r}, {self.files} files, {self.bytes} bytes)"
@@ -206,15 +210,17 @@ class Store:
             except OSError:
                 pass
 
-    def plan(self, listing: Listing) -> Plan:
+    def plan(self, listing: Listing, *, save: bool = True) -> Plan:
         """Hash every file of ``listing`` and name its tree; copies nothing.
 
         A file whose size, mtime, ctime and inode match the stat cache is not read. The
         cache is updated (only with files older than the listing by a second, so a file
-        rewritten within one timestamp tick is never trusted).
+        rewritten within one timestamp tick is never trusted); with ``save`` False the
+        update waits for :meth:`remember` (a dry run writes nothing).
 
         Args:
             listing: what :func:`distspec.snapshot.files.collect` returned.
+            save: write the stat cache's update now.
 
         Returns:
             The plan, with each file entry's ``digest`` filled and the tree id.
@@ -225,6 +231,7 @@ class Store:
         from distspec.snapshot.files import Entry
 
         base = listing.base
+        update = None
         cache = self._load_statcache(base)
         stats = dict(listing.stats)
         digests: dict[str, str] = {}
@@ -263,12 +270,12 @@ class Store:
                 if p in digests and st[1] < trusted_before and st[2] < trusted_before
             }
             if fresh != {p: cache[p] for p in cache if p in stats}:
-                self._save_statcache(base, fresh)
+                update = fresh
         entries = tuple(
             Entry(e[0], "file", e[2], e[3], "", digests[e[0]]) if e[1] == "file" else e
             for e in listing.entries
         )
-        return Plan(
+        plan = Plan(
             tree_id=tree_id_of(entries),
             base=base,
             entries=entries,
@@ -278,6 +285,16 @@ class Store:
             stats=stats,
             trusted_before=trusted_before,
         )
+        plan._cache_update = update
+        if save:
+            self.remember(plan)
+        return plan
+
+    def remember(self, plan: Plan) -> None:
+        """Write the stat cache update ``plan`` computed (a no-op when there is none)."""
+        if plan._cache_update is not None:
+            self._save_statcache(plan.base, plan._cache_update)
+            plan._cache_update = None
 
     # -- materialize -------------------------------------------------------------------
 

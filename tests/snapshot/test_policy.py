@@ -63,6 +63,7 @@ def test_slurm_dry_run_runs_the_snapshot_and_copies_nothing(repo: Path, state_di
     assert role.metadata[SCRIPT_METADATA] == f"{tree}/train.py"
     assert f"{tree}/train.py" in request.render()
     assert not os.path.exists(tree)  # a dry run plans; it copies nothing
+    assert not (state_dir / "snapshots").exists()  # nor writes anything (no stat cache)
     # The AppDef as the component built it is kept for the provenance record.
     assert "train.py" in request.origin.app.roles[0].args
 
@@ -218,3 +219,25 @@ def test_a_script_the_snapshot_leaves_out_is_refused(repo: Path) -> None:
         Runner().dryrun(ddp(script="scratch/try.py"), "slurm")
     with pytest.raises(SnapshotError, match="snapshot_exclude leaves it out"):
         Runner().dryrun(ddp(script="train.py"), "slurm", {"snapshot_exclude": "train.py"})
+
+
+def test_distspec_s_own_folders_inside_the_repository_are_never_taken(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A state directory or job_dir kept inside the repository (untracked, not ignored)
+    would otherwise be copied into every snapshot, and change it with every run."""
+    monkeypatch.setenv("DISTSPEC_STATE_DIR", str(repo / ".state"))
+    runner = Runner()
+    app = ddp(script="train.py", j="1x1")
+    first = runner.dryrun(app, "local_cwd", {"snapshot": "on"}).snapshot
+    handle = runner.run(app, "local_cwd", {"snapshot": "on"})
+    runner.wait(handle, timeout=120)
+    again = runner.dryrun(app, "local_cwd", {"snapshot": "on"}).snapshot
+    assert again.tree_id == first.tree_id
+    assert not any(p.startswith(".state") for p in again.paths)
+    jobs = runner.dryrun(app, "slurm", {"job_dir": str(repo / "jobs [x]")}).snapshot
+    (repo / "jobs [x]" / "snapshots").mkdir(parents=True)
+    (repo / "jobs [x]" / "leftover.log").write_text("old job\n")
+    assert runner.dryrun(app, "slurm", {"job_dir": str(repo / "jobs [x]")}).snapshot.tree_id == (
+        jobs.tree_id
+    )
