@@ -9,6 +9,7 @@ through fsspec as an object store would be.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,13 +180,21 @@ def test_missing_payload_is_an_error_record_naming_the_cause(tmp_path: Path) -> 
 def test_job_dir_protocol_without_its_library_is_explained_in_the_log() -> None:
     import importlib.util
 
-    if importlib.util.find_spec("s3fs") is not None:
-        pytest.skip("s3fs is installed here, so s3:// does not lack its library")
-    proc = _worker("--payload-wait", "1", env={"DISTSPEC_JOB_DIR": "s3://bucket/prefix"})
+    # A protocol whose fsspec library is not installed here (the tests install s3fs).
+    missing = [
+        (p, lib)
+        for p, lib in (("s3", "s3fs"), ("gs", "gcsfs"), ("abfs", "adlfs"))
+        if importlib.util.find_spec(lib) is None
+    ]
+    if not missing:
+        pytest.skip("s3fs, gcsfs and adlfs are all installed: no protocol lacks its library")
+    proto, lib = missing[0]
+    url = f"{proto}://bucket/prefix"
+    proc = _worker("--payload-wait", "1", env={"DISTSPEC_JOB_DIR": url})
     assert proc.returncode == 1
-    assert "cannot reach s3://bucket/prefix/result-0.pkl: Install s3fs" in proc.stderr
+    assert re.search(rf"cannot reach {url}/result-0.pkl: (Please i|I)nstall {lib}", proc.stderr)
     assert "the job's image needs distspec and the fsspec library of this protocol" in proc.stderr
-    assert "rank 0 cannot write its result to s3://bucket/prefix/result-0.pkl" in proc.stderr
+    assert f"rank 0 cannot write its result to {url}/result-0.pkl" in proc.stderr
 
 
 def test_function_not_importable_on_the_worker(tmp_path: Path) -> None:
