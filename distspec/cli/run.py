@@ -153,17 +153,17 @@ def submit_or_show(
     scheduler = request.scheduler
     if args.dryrun:
         if args.output:
-            if request.snapshot is not None:
-                # submit.sh submits a job that runs the snapshot: it must exist by then.
-                from distspec.snapshot.policy import take
-
-                tell(f"distspec: the job runs the code snapshot {take(request.snapshot)}")
             try:
                 written = request.write(args.output)
             except OSError as e:
                 raise UsageError(
                     f"-o {args.output}: cannot write the dry run there: {e.strerror or e}"
                 ) from None
+            if request.snapshot is not None:
+                # submit.sh submits a job that runs the snapshot: it must exist by then.
+                from distspec.snapshot.policy import take
+
+                tell(f"distspec: the job runs the code snapshot {take(request.snapshot)}")
             for path in written:
                 print(path)
         elif args.json:
@@ -173,7 +173,12 @@ def submit_or_show(
                     "app_id": request.app_id,
                     "argv": list(request.argv),
                     "files": dict(request.files),
-                    "app": app.to_dict(),
+                    "app": (request.origin.app if request.origin else app).to_dict(),
+                    "snapshot": (
+                        {"id": request.snapshot.tree_id, "path": request.snapshot.job_path}
+                        if request.snapshot is not None
+                        else None
+                    ),
                 }
             )
         else:

@@ -385,12 +385,12 @@ def _check_size(base: str, entries: list[Entry], max_bytes: int, *, walked: bool
 
 
 def _check_plain_base(base: str) -> None:
-    """Refuse to walk a home directory or ``/``: a script kept there with no repository
-    would have the snapshot copy everything the user has."""
-    if base == "/" or base == os.path.abspath(os.path.expanduser("~")):
-        what = "the root folder" if base == "/" else "your home folder"
+    """Refuse to walk ``/``. A home folder is walked like any other (its caches and
+    tool folders are excluded, and the walk stops at the size cap with the largest
+    entries named)."""
+    if base == "/":
         raise SnapshotError(
-            f"{base} is not in a git repository and is {what}: a snapshot would copy all "
+            "/ is not in a git repository and is the root folder: a snapshot would copy all "
             "of it; keep the code in a folder of its own (or a git repository), or run "
             "without one: -cfg snapshot=off"
         )

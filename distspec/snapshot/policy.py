@@ -114,6 +114,8 @@ def plan(
         path = os.path.join(start, script)
         if os.path.exists(path):
             start = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(start):  # a directory image that is not here: nothing to take
+        return None
     base, is_git = find_base(start)
     root = sched.snapshot_root(opts)
     job_dir = getattr(opts, "job_dir", None)

@@ -306,9 +306,10 @@ def test_a_plain_walk_stops_at_the_cap_and_refuses_a_home_folder(
     home = tmp_path / "home"
     write(home, {"train.py": "print(1)\n", ".cache/pip/x": "y"})
     monkeypatch.setenv("HOME", str(home))
-    with pytest.raises(SnapshotError, match="is your home folder: a snapshot would copy all"):
-        collect(str(home), max_bytes=BIG)
-    # Below it, the folders a home holds besides code are left out.
+    with pytest.raises(SnapshotError, match="is the root folder: a snapshot would copy all"):
+        collect("/", max_bytes=BIG)
+    # A home folder is walked without the folders it holds besides code.
+    assert paths(collect(str(home), max_bytes=BIG)) == ["train.py"]
     project = home / "project"
     write(project, {"train.py": "1", ".cache/x": "2", ".local/lib/y.py": "3"})
     assert paths(collect(str(project), max_bytes=BIG)) == ["train.py"]

@@ -209,7 +209,9 @@ def test_held_then_requeued_job_runs_the_code_it_was_submitted_with(
         _cli(
             [
                 *("run", "-s", "slurm", "-cfg", "sbatch_args=--hold", "-cfg", "requeue=true"),
-                *("dist.ddp", "-j", "1x1", "--name", name, "--script", "train.py"),
+                # utils.python: one process, no rendezvous port for the requeued run (same job
+                # id) to find still held by the first run under CI load
+                *("utils.python", "--name", name, "--script", "train.py"),
             ],
             env=env,
             cwd=repo,
