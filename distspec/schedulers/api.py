@@ -38,7 +38,9 @@ __all__ = [
     "Capabilities",
     "CommandResult",
     "CommandRunner",
+    "Dependency",
     "JobPaths",
+    "Points",
     "Request",
     "Scheduler",
     "check_capabilities",
@@ -129,6 +131,49 @@ class Capabilities:
     #: ``-cfg snapshot=auto`` takes a snapshot: jobs that wait in a queue (Slurm, PBS)
     #: would otherwise run whatever is on disk when they start.
     snapshot_default: bool = False
+    #: The job can wait for others of this backend (``run --after``): ``compile`` takes
+    #: ``after`` and the scheduler holds the job until they have ended.
+    dependencies: bool = False
+    #: Many sweep points go in one submission (:meth:`Scheduler.compile_array`): a Slurm
+    #: job array, a PBS array job.
+    arrays: bool = False
+
+
+#: ``run --after HANDLE:CONDITION``: what the other job must have done for this one to
+#: start: succeeded (``ok``), ended in any way (``any``), failed or been cancelled
+#: (``failed``).
+CONDITIONS = ("ok", "any", "failed")
+
+
+@frozen(kw_only=False)
+class Dependency:
+    """Start only once the job ``app_id`` (of the same backend) has ended as ``condition``
+    says (one of :data:`CONDITIONS`). A job whose dependency can no longer be met is
+    ended (Slurm: cancelled by ``--kill-on-invalid-dep``), not left pending forever."""
+
+    app_id: str
+    condition: str = "ok"
+
+
+@frozen
+class Points:
+    """The sweep points one array submission runs (:meth:`Scheduler.compile_array`).
+
+    ``values[i]`` holds point ``first + i``'s value of each of ``names``, in order; the
+    job's text keeps every ``{{name}}`` (:mod:`distspec.specs.placeholders`) and maps it
+    to a runtime expression that reads the point's value.
+    """
+
+    names: tuple[str, ...]
+    values: tuple[tuple[str, ...], ...]
+    #: The sweep-wide index of ``values[0]`` (an array split in several submissions).
+    first: int = 0
+    #: At most this many points run at once (``--max-parallel``); None: no limit.
+    max_parallel: int | None = None
+
+    def point(self, i: int) -> dict[str, str]:
+        """The values of ``values[i]`` by name."""
+        return dict(zip(self.names, self.values[i], strict=True))
 
 
 def check_capabilities(app: AppDef, caps: Capabilities, scheduler: str) -> None:
@@ -218,6 +263,11 @@ class Request:
     #: The code snapshot the job runs (:class:`distspec.snapshot.policy.Snapshot`),
     #: taken by submit before the job is handed over; None without one.
     snapshot: Any = field(default=None, compare=False)
+    #: The jobs this one waits for (``run --after``); empty: it starts when it can.
+    after: tuple[Dependency, ...] = ()
+    #: The sweep points this request runs as one array (:meth:`Scheduler.compile_array`);
+    #: None for a single job.
+    points: Points | None = field(default=None, compare=False)
     #: Where the job came from, for its provenance record: the AppDef as the component
     #: built it (``app`` is the compiled one: a snapshot rewrites it), the source of each
     #: run option, and the run it repeats (:meth:`distspec.runner.Runner.rerun`).
@@ -332,8 +382,39 @@ class Scheduler(abc.ABC, Generic[OptsT]):
     # -- the pure half ---------------------------------------------------------
 
     @abc.abstractmethod
-    def compile(self, app: AppDef, opts: OptsT, *, app_id: str) -> Request:
-        """Deterministic: the same (app, opts, app_id) always gives an equal Request."""
+    def compile(
+        self, app: AppDef, opts: OptsT, *, app_id: str, after: Sequence[Dependency] = ()
+    ) -> Request:
+        """Deterministic: the same (app, opts, app_id, after) always gives an equal Request.
+
+        ``after`` is empty unless :attr:`Capabilities.dependencies` is set: the jobs this
+        one waits for (:class:`Dependency`)."""
+
+    def compile_array(
+        self,
+        app: AppDef,
+        opts: OptsT,
+        *,
+        app_id: str,
+        points: Points,
+        after: Sequence[Dependency] = (),
+    ) -> Request:
+        """One submission that runs every point of ``points`` (where
+        :attr:`Capabilities.arrays` is set): ``app`` keeps its ``{{name}}`` placeholders,
+        each filled in by the job from the point it runs. The Request's ``points`` is
+        ``points``; :meth:`submit` returns the array's id and :meth:`point_id` names
+        each point's job."""
+        raise CompileError(self.name, "this backend runs no job arrays")
+
+    def point_id(self, array_id: str, request: Request, index: int) -> str:
+        """The app id of point ``index`` (sweep-wide) of the array ``array_id`` that
+        ``request`` (a :meth:`compile_array` one) was submitted as."""
+        raise NotImplementedError(f"{self.name} runs no job arrays")
+
+    def max_array_size(self, opts: OptsT) -> int | None:
+        """The most points one array submission may hold here (Slurm's ``MaxArraySize``,
+        read from the cluster), or None for no limit. Asked before compiling a sweep."""
+        return None
 
     # -- where a job's files are -----------------------------------------------
 
@@ -389,6 +470,11 @@ class Scheduler(abc.ABC, Generic[OptsT]):
     @abc.abstractmethod
     def describe(self, app_id: str) -> AppStatus | None:
         """The app's status, or None when the scheduler has no record of it."""
+
+    def describe_many(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
+        """:meth:`describe` of each of ``app_ids`` (a sweep's points); a backend that can
+        ask for many jobs in one query (Slurm: an array's tasks) overrides it."""
+        return {app_id: self.describe(app_id) for app_id in app_ids}
 
     @abc.abstractmethod
     def log_iter(

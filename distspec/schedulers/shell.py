@@ -8,9 +8,10 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from distspec.frozen import frozen, frozendict, replace
-from distspec.specs import macros
+from distspec.specs import macros, placeholders
 from distspec.specs.app import Role
 from distspec.specs.macros import Macro
+from distspec.specs.placeholders import Var
 
 __all__ = ["MacroValues", "ShellExpr", "shell_join", "shell_word", "substitute_role", "used_macros"]
 
@@ -23,8 +24,10 @@ class ShellExpr:
     expr: str
 
 
-#: Per backend: each macro to a literal string or to a runtime shell expression.
-MacroValues = Mapping[Macro, "str | ShellExpr"]
+#: Per backend: each macro to a literal string or to a runtime shell expression; a
+#: job that runs many sweep points (an array) also maps each sweep variable
+#: (:class:`distspec.specs.placeholders.Var`) to the expression holding its value.
+MacroValues = Mapping["Macro | Var", "str | ShellExpr"]
 
 
 def shell_word(text: str, values: MacroValues) -> str:
@@ -34,8 +37,8 @@ def shell_word(text: str, values: MacroValues) -> str:
     """
     pieces: list[str] = []
     literal = ""
-    for part in macros.split(text):
-        value = values.get(part, part.token) if isinstance(part, Macro) else part
+    for part in _parts(text, values):
+        value = values.get(part, part.token) if isinstance(part, (Macro, Var)) else part
         if isinstance(value, ShellExpr):
             if literal:
                 pieces.append(shlex.quote(literal))
@@ -46,6 +49,18 @@ def shell_word(text: str, values: MacroValues) -> str:
     if literal or not pieces:
         pieces.append(shlex.quote(literal))
     return "".join(pieces)
+
+
+def _parts(text: str, values: MacroValues) -> list[str | Macro | Var]:
+    """``text`` split into literals and macros, and, where ``values`` maps sweep
+    variables, the literals split again around ``{{name}}``."""
+    parts = macros.split(text)
+    if "{{" not in text or not any(isinstance(key, Var) for key in values):
+        return list(parts)
+    out: list[str | Macro | Var] = []
+    for part in parts:
+        out.extend(placeholders.split(part) if not isinstance(part, Macro) else (part,))
+    return out
 
 
 def shell_join(argv: Sequence[str], values: MacroValues) -> str:
