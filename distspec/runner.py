@@ -28,10 +28,18 @@ if TYPE_CHECKING:
     from distspec.components.loader import Component
     from distspec.config import Config
     from distspec.schedulers._registry import SchedulerRegistry
-    from distspec.schedulers.api import AppSummary, CommandRunner, Request, Scheduler
+    from distspec.schedulers.api import (
+        AppSummary,
+        CommandRunner,
+        Dependency,
+        Points,
+        Request,
+        Scheduler,
+    )
     from distspec.snapshot.policy import Snapshot
     from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus
+    from distspec.sweep.record import SweepRecord
 
 __all__ = ["LogLine", "Runner", "cancel_interrupted", "new_app_id", "tell"]
 
@@ -207,6 +215,8 @@ class Runner:
         app_id: str | None = None,
         snapshot: Snapshot | None = None,
         rerun_of: str | None = None,
+        after: Sequence[Dependency | AppHandle | str] = (),
+        points: Points | None = None,
     ) -> Request:
         """Compile without submitting: the Request's ``render()`` is what would be submitted.
 
@@ -215,8 +225,15 @@ class Runner:
         job is rewritten to run the snapshot's copy (:mod:`distspec.snapshot.policy`);
         ``snapshot`` gives one instead (a rerun's, ``rerun_of`` naming that run).
 
+        ``after`` holds the jobs this one waits for: handles (``HANDLE`` or
+        ``HANDLE:ok|any|failed``, ``ok`` by default; a sweep's handle stands for all its
+        points) of the same scheduler, which must exist. ``points`` compiles one job
+        array that runs them (:meth:`~distspec.schedulers.api.Scheduler.compile_array`).
+
         Raises:
             ArgumentError: ``app`` is not an AppDef or ``app_id`` not a str.
+            UsageError: a dependency the backend cannot honour, of another scheduler, or
+                unknown to it.
         """
         if not isinstance(app, AppDef):
             from distspec._arguments import fail, kind
@@ -237,10 +254,71 @@ class Runner:
             from distspec.snapshot.policy import rewrite
 
             compiled = rewrite(app, snapshot, sched, opts)
-        request = sched.compile(compiled, opts, app_id=app_id or new_app_id(app.name))
+        deps = self.dependencies(scheduler, after)
+        app_id = app_id or new_app_id(app.name)
+        if points is not None:
+            request = sched.compile_array(compiled, opts, app_id=app_id, points=points, after=deps)
+        else:
+            request = sched.compile(compiled, opts, app_id=app_id, after=deps)
         _log(_INFO, "compiled %s for %s: %s", app.name, scheduler, opts)
         origin = Origin(app=app, sources=self._option_sources(scheduler, cfg), rerun_of=rerun_of)
         return _with(request, snapshot=snapshot, origin=origin)
+
+    def dependencies(
+        self, scheduler: str, after: Sequence[Dependency | AppHandle | str]
+    ) -> tuple[Dependency, ...]:
+        """``after`` as :class:`~distspec.schedulers.api.Dependency` records for
+        ``scheduler``: each handle checked to be of that scheduler and known to it; a
+        sweep's handle becomes its arrays (or points).
+
+        Raises:
+            UsageError: the backend has no dependencies, a handle is of another scheduler
+                or unknown, a condition is not one of ok, any, failed.
+        """
+        from distspec.schedulers.api import CONDITIONS, Dependency
+        from distspec.specs.handles import AppHandle
+
+        if isinstance(after, (str, AppHandle, Dependency)):
+            after = [after]
+        if not after:
+            return ()
+        sched = self.scheduler(scheduler)
+        if not sched.capabilities.dependencies:
+            raise UsageError(
+                f"--after: {scheduler} cannot hold a job until another has ended; "
+                "submit it once the other has ended"
+            )
+        deps: list[Dependency] = []
+        for item in after:
+            if isinstance(item, Dependency):
+                deps.append(item)
+                continue
+            condition = "ok"
+            if isinstance(item, str):
+                text, sep, tail = item.rpartition(":")
+                if sep and "/" not in tail and tail:
+                    if tail not in CONDITIONS:
+                        raise UsageError(
+                            f"--after {item}: {tail!r} is not a condition; give "
+                            "HANDLE:ok (it succeeded, the default), HANDLE:any or HANDLE:failed"
+                        )
+                    item, condition = text, tail
+                item = AppHandle.parse(item)
+            if item.scheduler != scheduler:
+                raise UsageError(
+                    f"--after {item}: a {item.scheduler} job; a {scheduler} job can only "
+                    f"wait for {scheduler} jobs"
+                )
+            from distspec.sweep.record import find_sweep
+
+            sweep = find_sweep(self, item)
+            if sweep is not None:
+                deps += [Dependency(i, condition) for i in sweep.dependency_ids()]
+                continue
+            if sched.describe(item.app_id) is None:
+                raise UsageError(f"--after {item}: {scheduler} knows no such job")
+            deps.append(Dependency(item.app_id, condition))
+        return tuple(deps)
 
     def _option_sources(self, scheduler: str, cfg: Mapping[str, Any] | None) -> dict[str, str]:
         """Where each run option set for ``scheduler`` came from (the rest: defaults)."""
@@ -325,7 +403,12 @@ class Runner:
         """The run's provenance record (:mod:`distspec.snapshot.provenance`), or None when
         it has none (submitted before distspec kept them, or its job folder is gone)."""
         h, sched = self._resolve(handle)
-        paths = sched.job_paths(h.app_id)
+        sweep = self.sweep(h)
+        paths = sched.job_paths(h.app_id) if sweep is None else None
+        if sweep is not None:
+            from distspec.snapshot.provenance import read
+
+            return read(sweep.folder)
         if paths is None:
             return None
         from distspec.snapshot.provenance import read
@@ -422,9 +505,26 @@ class Runner:
             fail("Runner", "handle", handle, "give a handle string (SCHEDULER://SESSION/APP_ID)")
         return handle, self.scheduler(handle.scheduler)
 
+    def sweep(self, handle: AppHandle | str) -> SweepRecord | None:
+        """The record of the sweep ``handle`` names (:mod:`distspec.sweep.record`), or
+        None when it names a single job."""
+        from distspec.sweep.record import find_sweep
+
+        h, _ = self._resolve(handle)
+        return find_sweep(self, h)
+
     def status(self, handle: AppHandle | str) -> AppStatus:
-        """The current status. Raises AppNotFound when the scheduler has no record."""
+        """The current status. Raises AppNotFound when the scheduler has no record.
+
+        A sweep's status is its points' together: RUNNING while one runs, PENDING while
+        one waits, then FAILED if one failed, else SUCCEEDED (CANCELLED when cancelled);
+        ``msg`` counts the points in each state."""
         h, sched = self._resolve(handle)
+        sweep = self.sweep(h)
+        if sweep is not None:
+            from distspec.sweep.record import sweep_status
+
+            return sweep_status(sweep.states(self))
         status = sched.describe(h.app_id)
         if status is None:
             raise AppNotFound(h.format())
@@ -456,7 +556,11 @@ class Runner:
         if on_status is not None and not callable(on_status):
             _arguments.fail("Runner.wait", "on_status", on_status, "give a function or None")
         h, sched = self._resolve(handle)
-        status = sched.wait(h.app_id, timeout=timeout, on_status=on_status)
+        status: AppStatus | None
+        if self.sweep(h) is not None:
+            status = self._wait_sweep(h, timeout, on_status)
+        else:
+            status = sched.wait(h.app_id, timeout=timeout, on_status=on_status)
         if status is None:
             raise AppNotFound(h.format())
         _log(_INFO, "%s after waiting: %s", h, f"{status.state.value} {status.msg}".strip())
@@ -464,15 +568,53 @@ class Runner:
             raise TimeoutError(f"{h} is still {status.state.value} after {timeout:g}s")
         return status
 
+    def _wait_sweep(
+        self,
+        h: AppHandle,
+        timeout: float | None,
+        on_status: Callable[[AppStatus], None] | None,
+    ) -> AppStatus:
+        """Poll a sweep's points until every one has ended (or ``timeout``)."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sched = self.scheduler(h.scheduler)
+        while True:
+            status = self.status(h)
+            if on_status is not None:
+                on_status(status)
+            if status.is_terminal:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return status
+            pause = sched.max_poll_interval * 2
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - time.monotonic()))
+            time.sleep(pause)
+
     def cancel(self, handle: AppHandle | str) -> None:
         """Stop the app. A record the scheduler cannot read (a corrupt local
         ``state.json``) does not stop the cancel: the scheduler decides whether it can
         still reach the app, and raises its error if not.
 
+        A sweep's handle cancels every point that has not ended (an array at once); a
+        point's handle cancels that point alone.
+
         Raises:
             AppNotFound: the scheduler has no record of the app.
         """
         h, sched = self._resolve(handle)
+        sweep = self.sweep(h)
+        if sweep is not None:
+            _log(_INFO, "cancelling sweep %s", h)
+            arrays = [str(a["app_id"]) for a in sweep.data.get("arrays") or []]
+            for app_id in arrays:
+                sched.cancel(app_id)
+            if not arrays:
+                for app_id, status in zip(sweep.app_ids(), sweep.states(self), strict=True):
+                    if status is not None and not status.is_terminal:
+                        sched.cancel(app_id)
+            return
         try:
             known = sched.describe(h.app_id) is not None
         except SchedulerError:
@@ -555,6 +697,10 @@ class Runner:
         from distspec.torchrun_output import split_rank
 
         h, sched = self._resolve(handle)
+        if self.sweep(h) is not None:
+            raise UsageError(
+                f"{h} is a sweep: give one point's handle (`distspec describe {h}` lists them)"
+            )
         status = sched.describe(h.app_id)
         if status is None:
             raise AppNotFound(h.format())

@@ -7,6 +7,8 @@ import argparse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.schedulers.api import AppSummary
     from distspec.specs.state import AppState
 
@@ -25,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     )
     parser.add_argument("-n", "--limit", type=int, metavar="N", help="only the newest N apps")
     parser.add_argument("-q", "--quiet", action="store_true", help="print the handles only")
+    parser.add_argument(
+        "-x",
+        "--expand",
+        action="store_true",
+        help="list each sweep's points under it (by default a sweep is one line, with counts)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -62,6 +70,68 @@ def times(app: AppSummary) -> tuple[float | None, float | None]:
     return number("submitted"), number("ended")
 
 
+def _with_sweeps(
+    runner: Any, scheduler: str, apps: list[AppSummary], *, expand: bool
+) -> list[AppSummary]:
+    """``apps`` with the points of each recorded sweep folded into one line for the
+    sweep, where its newest point was (with ``expand``: that line, then its points)."""
+    from distspec.frozen import frozendict
+    from distspec.schedulers.api import AppSummary
+    from distspec.sweep.record import all_sweeps, counts, overall
+
+    sweeps = all_sweeps(runner, scheduler)
+    if not sweeps:
+        return apps
+    owner = {app_id: record for record in sweeps for app_id in record.app_ids()}
+    members: dict[str, list[AppSummary]] = {}
+    for app in apps:
+        record = owner.get(app.app_id)
+        if record is not None:
+            members.setdefault(record.sweep_id, []).append(app)
+    out: list[AppSummary] = []
+    shown: set[str] = set()
+    for app in apps:
+        record = owner.get(app.app_id)
+        if record is None:
+            out.append(app)
+            continue
+        if record.sweep_id in shown:
+            continue
+        shown.add(record.sweep_id)
+        points = members[record.sweep_id]
+        found = [_Listed(p.state) for p in points]
+        missing = len(record.app_ids()) - len(points)
+        tally = counts(found)
+        if missing:
+            tally["NOT LISTED"] = missing
+        text = ", ".join(f"{n} {state}" for state, n in sorted(tally.items()))
+        submitted = min((times(p)[0] or 0.0 for p in points), default=0.0) or None
+        ended = max((times(p)[1] or 0.0 for p in points), default=0.0) or None
+        extra = {"submitted": str(submitted)} if submitted else {}
+        state = overall(found)
+        if ended and state.is_terminal:
+            extra["ended"] = str(ended)
+        out.append(
+            AppSummary(
+                app_id=record.sweep_id,
+                name=str(record.data.get("name") or ""),
+                state=state,
+                detail=f"sweep of {len(record.app_ids())} points: {text}",
+                extra=frozendict(extra),
+            )
+        )
+        if expand:
+            out += points
+    return out
+
+
+class _Listed:
+    """A listed point as :func:`distspec.sweep.record.counts` reads a status."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``distspec list`` with the parsed ``args``; returns the exit code."""
     import time
@@ -76,7 +146,8 @@ def main(args: argparse.Namespace) -> int:
     states = parse_states(args.state)
     runner = make_runner()
     scheduler = args.scheduler or runner.config.scheduler
-    apps = [a for a in runner.list(scheduler) if states is None or a.state in states]
+    apps = _with_sweeps(runner, scheduler, runner.list(scheduler), expand=args.expand)
+    apps = [a for a in apps if states is None or a.state in states]
     if args.limit is not None:
         apps = apps[: args.limit]
     now = time.time()

@@ -11,6 +11,9 @@ backend, with the -cfg values it was given plus yours), runs it from the same sn
 directory it was submitted from, and records that it is a rerun of HANDLE. Arguments
 after `--` replace the script's arguments.
 
+With --failed, HANDLE is a sweep's: its points that failed or were cancelled run
+again, from the sweep's snapshot, as a new sweep.
+
 It needs a run that took a snapshot (-cfg snapshot=on; the default on slurm and pbs)
 whose snapshot has not been pruned.
 
@@ -18,6 +21,7 @@ examples:
   distspec rerun local_cwd://distspec/train-1a2b3c4d --wait
   distspec rerun local_cwd://distspec/train-1a2b3c4d -s slurm -cfg partition=gpu
   distspec rerun slurm://distspec/4242 -- --lr 0.01
+  distspec rerun --failed slurm://distspec/sweep-train-1a2b3c4d --wait
 """
 
 
@@ -31,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     add_handle(parser)
     add_scheduler(parser, "the backend to run it on (default: the run's own)")
     add_follow_arguments(parser)
+    parser.add_argument(
+        "--failed",
+        action="store_true",
+        help="HANDLE is a sweep: run again only its points that failed or were cancelled",
+    )
     parser.usage = "distspec rerun [options] HANDLE [-- SCRIPT_ARGS...]"
     parser.set_defaults(after_dashes=None)
 
@@ -52,6 +61,12 @@ def main(args: argparse.Namespace) -> int:
     for text in args.cfg:
         cfg.update(parse_cfg(text))
     runner = make_runner()
+    if args.failed:
+        from distspec.cli.sweep import rerun_failed
+
+        return rerun_failed(runner, args, cfg)
+    if runner.sweep(args.handle) is not None:
+        raise UsageError(f"{args.handle} is a sweep: add --failed to run its failed points again")
     record = rerun_record(runner, args.handle)
     where = record.get("cwd")
     if isinstance(where, str) and where != os.getcwd():

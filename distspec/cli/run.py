@@ -41,6 +41,20 @@ in (-cfg snapshot=on|off|auto; on local_cwd and kubernetes it is off unless aske
 `distspec describe HANDLE` shows what ran (commit, diff, options); `distspec rerun
 HANDLE` runs the same code again.
 
+A sweep (--sweep NAME=VALUES, --sweep-file) runs the job once per point, each
+{{NAME}} in the component's arguments (script arguments, --env, string parameters)
+taking the point's value; the point also finds its values in DISTSPEC_SWEEP_NAME and
+its index in DISTSPEC_SWEEP_INDEX. On slurm the points go out as one job array
+(`sbatch --array`, split at the cluster's MaxArraySize); elsewhere, or when a value
+changes the job's shape (`-j {{n}}x8`), as one job per point. The handle printed
+is the sweep's: status, describe and cancel take it or a point's; `distspec rerun
+--failed SWEEP` runs the points that did not succeed again.
+
+--after HANDLE[:ok|any|failed] holds the job (or every point of a sweep) until that
+job or sweep of the same scheduler has ended: succeeded (ok, the default), ended in
+any state, or failed. A job whose dependency can no longer be met ends CANCELLED
+without running (slurm, pbs, local_cwd; kubernetes has no dependencies).
+
 Exit codes: 0 success; the failing replica's exit code (or 1) when the job fails;
 2 for a usage mistake (nothing is submitted); 130 when interrupted; 141 when the
 reader of the output went away.
@@ -49,6 +63,7 @@ examples:
   distspec run dist.ddp -j 1x2 --script train.py -- --lr 0.1
   distspec run -s slurm -cfg partition=gpu,time=1:00:00 --dryrun dist.ddp -j 2x8 --script train.py
   distspec run --dryrun -o out/ -s slurm dist.ddp -j 2x8 --script train.py
+  distspec run -s slurm --sweep lr=log:1e-4:1e-2:3 --sweep seed=0,1 dist.ddp -j 1x8 --script train.py -- --lr {{lr}} --seed {{seed}}
 """
 
 #: After a first Ctrl-C detached from a batch job, a second one this soon cancels it.
@@ -62,10 +77,48 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.epilog = EPILOG
     add_scheduler(parser, "backend: local_cwd (default), slurm, pbs, kubernetes, or a plugin")
     add_follow_arguments(parser)
+    add_after(parser)
+    sweep = parser.add_argument_group(
+        "sweeps", "run the job once per point; {{NAME}} in COMPONENT's arguments takes its value"
+    )
+    sweep.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="a swept variable: a,b,c | range:START:STOP[:STEP] | lin:START:STOP:NUM | "
+        "log:START:STOP:NUM; repeatable (every combination, or --zip)",
+    )
+    sweep.add_argument(
+        "--sweep-file", metavar="FILE", help="points or variables from a .toml, .yaml or .json file"
+    )
+    sweep.add_argument(
+        "--zip",
+        action="store_true",
+        help="pair the variables' i-th values instead of combining all",
+    )
+    sweep.add_argument("--max-parallel", type=int, metavar="K", help="run at most K points at once")
+    sweep.add_argument(
+        "--yes",
+        action="store_true",
+        help="submit a sweep of more points than the ceiling (1000) without asking",
+    )
     parser.add_argument(
         "component", metavar="COMPONENT", help="builtin name, path/file.py:fn or pkg.mod:fn"
     )
     parser.add_argument("component_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def add_after(parser: argparse.ArgumentParser) -> None:
+    """``--after HANDLE[:ok|any|failed]``, repeatable."""
+    parser.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="HANDLE[:COND]",
+        help="start only after that job (or sweep) of the same scheduler has ended: "
+        ":ok succeeded (the default), :any ended, :failed failed; repeatable",
+    )
 
 
 def add_follow_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +174,13 @@ def main(args: argparse.Namespace) -> int:
     for text in args.cfg:
         cfg.update(parse_cfg(text))
     component = load(args.component)
+    if args.sweep or args.sweep_file:
+        from distspec.cli.sweep import run_sweep
+
+        return run_sweep(runner, component, scheduler, cfg, args)
+    if args.zip or args.max_parallel is not None:
+        flag = "--zip" if args.zip else "--max-parallel"
+        raise UsageError(f"{flag} is for sweeps: add --sweep NAME=VALUES (or --sweep-file)")
     try:
         app = runner.bind(
             component,
@@ -131,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
     except ComponentHelp as help_:
         print(help_.text)
         return 0
-    request = runner.dryrun(app, scheduler, cfg)
+    request = runner.dryrun(app, scheduler, cfg, after=args.after)
     return submit_or_show(runner, request, args)
 
 

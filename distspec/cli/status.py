@@ -11,6 +11,8 @@ import argparse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from distspec.specs.state import AppStatus
 
 #: ``--exit-status``: the exit code for each state (2 stays "no such app / usage").
@@ -54,6 +56,9 @@ def main(args: argparse.Namespace) -> int:
     from distspec.cli._shared import make_runner, print_json
 
     runner = make_runner()
+    sweep = runner.sweep(args.handle)
+    if sweep is not None and args.verb == "describe":
+        return _describe_sweep(runner, sweep, args)
     status = runner.status(args.handle)
     record = runner.provenance(args.handle) if args.verb == "describe" else None
     if args.json:
@@ -68,6 +73,37 @@ def main(args: argparse.Namespace) -> int:
         print(describe_text(args.handle, status))
         if record is not None:
             print(provenance_text(record))
+    return STATE_EXIT_CODES.get(status.state.value, 5) if args.exit_status else 0
+
+
+def _describe_sweep(runner: Any, sweep: Any, args: argparse.Namespace) -> int:
+    """``describe`` of a sweep: its state, then one line per point."""
+    from distspec.cli._shared import print_json
+    from distspec.cli.sweep import points_table
+    from distspec.sweep.record import sweep_status
+
+    states = sweep.states(runner)
+    status = sweep_status(states)
+    if args.json:
+        points = [
+            {
+                "index": i,
+                "values": sweep.sweep.values(i),
+                "handle": sweep.handles[i],
+                "status": s.to_dict() if s is not None else None,
+            }
+            for i, s in enumerate(states)
+        ]
+        print_json({"handle": args.handle, **status.to_dict(), "points": points})
+    else:
+        arrays = sweep.data.get("arrays") or []
+        how = (
+            f"{len(arrays)} array(s): " + ", ".join(str(a["app_id"]) for a in arrays)
+            if arrays
+            else "one job per point"
+        )
+        print(f"{args.handle}: {status.state.value} ({status.msg}); {how}")
+        print("\n".join(points_table(sweep, states)))
     return STATE_EXIT_CODES.get(status.state.value, 5) if args.exit_status else 0
 
 

@@ -1,0 +1,278 @@
+"""``distspec run --sweep``: compile, submit and follow a sweep (:mod:`distspec.sweep`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from typing import TextIO
+
+    from distspec.components.loader import Component
+    from distspec.runner import Runner
+    from distspec.specs.state import AppStatus
+    from distspec.sweep.plan import SweepRequest
+    from distspec.sweep.record import SweepRecord
+
+__all__ = ["follow_sweep", "points_table", "rerun_failed", "run_sweep", "show_or_submit"]
+
+#: A live table shows at most this many points (the running and failed ones first).
+LIVE_ROWS = 20
+#: The final summary lists every point up to this many, else the ones that did not succeed.
+SUMMARY_ROWS = 50
+
+
+def run_sweep(
+    runner: Runner,
+    component: Component,
+    scheduler: str,
+    cfg: dict[str, str],
+    args: argparse.Namespace,
+) -> int:
+    """``run`` with ``--sweep``/``--sweep-file``: dry run, submit, or submit and follow."""
+    from distspec.components.binder import ComponentHelp
+    from distspec.errors import UsageError
+    from distspec.sweep.plan import plan_sweep
+    from distspec.sweep.spec import check_size, parse
+
+    if args.output:
+        raise UsageError("-o writes one job's files; a sweep's dry run is printed (leave -o out)")
+    sweep = parse(args.sweep, zip=args.zip, file=args.sweep_file)
+    check_size(sweep, yes=args.yes)
+    try:
+        request = plan_sweep(
+            runner,
+            component,
+            args.component_args,
+            sweep,
+            scheduler,
+            cfg,
+            max_parallel=args.max_parallel,
+            after=runner.dependencies(scheduler, args.after),
+            prog=f"distspec run {args.component}",
+        )
+    except ComponentHelp as help_:
+        print(help_.text)
+        return 0
+    return show_or_submit(runner, request, args)
+
+
+def show_or_submit(runner: Runner, request: SweepRequest, args: argparse.Namespace) -> int:
+    """Print a compiled sweep (``--dryrun``), submit it, or submit and follow it."""
+    from distspec.cli._shared import print_json
+
+    sweep = request.sweep
+    scheduler = request.scheduler
+    if args.dryrun:
+        if args.json:
+            print_json(
+                {
+                    "sweep_id": request.sweep_id,
+                    "scheduler": scheduler,
+                    "names": list(sweep.names),
+                    "points": [sweep.values(i) for i in range(len(sweep))],
+                    "arrays": request.arrays,
+                    "requests": [
+                        {"app_id": r.app_id, "argv": list(r.argv), "files": dict(r.files)}
+                        for r in request.requests
+                    ],
+                }
+            )
+        else:
+            sys.stdout.write(request.render())
+        return 0
+    from distspec.sweep.submit import submit_sweep
+
+    record = submit_sweep(runner, request)
+    if args.json and not args.wait:
+        print_json({"handle": record.handle, "points": record.handles})
+        return 0
+    out = sys.stderr if args.json else sys.stdout
+    out.write(record.handle + "\n")
+    out.flush()
+    if not args.wait:
+        return 0
+    cancel = runner.scheduler(scheduler).capabilities.interactive or args.cancel_on_interrupt
+    try:
+        code = follow_sweep(runner, record, sys.stderr)
+    except KeyboardInterrupt:
+        from distspec.runner import cancel_interrupted, tell
+
+        if cancel:
+            cancel_interrupted(lambda: runner.cancel(record.handle), record.handle)
+            return 130
+        tell(
+            f"distspec: stopped following; the sweep goes on. Follow it with "
+            f"`distspec status {record.handle}`, cancel it with `distspec cancel {record.handle}`"
+        )
+        return 130
+    if args.json:
+        status = runner.status(record.handle)
+        print_json({"handle": record.handle, "status": status.to_dict()})
+    return code
+
+
+def rerun_failed(runner: Runner, args: argparse.Namespace, cfg: dict[str, str]) -> int:
+    """``distspec rerun --failed SWEEP``: the points that did not succeed, again, from the
+    sweep's snapshot, as a new sweep (which records the one it repeats)."""
+    import os
+
+    from distspec.components.loader import load
+    from distspec.errors import UsageError
+    from distspec.runner import tell
+    from distspec.sweep.plan import plan_sweep
+
+    record = runner.sweep(args.handle)
+    if record is None:
+        raise UsageError(
+            f"--failed: no such sweep {args.handle} (give the handle `run --sweep` printed)"
+        )
+    if args.after_dashes is not None:
+        raise UsageError("--failed reruns points as they were: leave out the words after --")
+    states = record.states(runner)
+    failed = [i for i, s in enumerate(states) if s is None or s.state.value != "SUCCEEDED"]
+    if not failed:
+        raise UsageError(f"every point of {record.handle} succeeded: nothing to rerun")
+    running = [i for i in failed if states[i] is not None and not states[i].is_terminal]  # type: ignore[union-attr]
+    if running:
+        raise UsageError(
+            f"{record.handle}: point(s) {', '.join(map(str, running[:10]))} have not ended; "
+            "wait for the sweep to end (or cancel it) before rerunning its failures"
+        )
+    where = str(record.data.get("cwd") or os.getcwd())
+    if where != os.getcwd():
+        if not os.path.isdir(where):
+            raise UsageError(f"{record.handle} was submitted from {where}, which is gone")
+        os.chdir(where)
+    scheduler = args.scheduler or record.scheduler
+    options = {**(record.data.get("cfg") or {}), **cfg}
+    snapshot = None
+    prov = runner.provenance(record.handle)
+    snap = prov.get("snapshot") if prov else None
+    if isinstance(snap, dict) and os.path.isdir(str(snap.get("path"))):
+        from distspec.snapshot.rerun import _reused
+
+        options.pop("snapshot", None)
+        snapshot = _reused(runner, scheduler, options, snap, prov or {})
+    elif not args.dryrun:
+        tell(
+            f"distspec: {record.handle} ran without a kept snapshot: the rerun runs the code as it is now"
+        )
+    component = load(str(record.data["component"]))
+    request = plan_sweep(
+        runner,
+        component,
+        [str(a) for a in record.data.get("args") or []],
+        record.sweep.subset(failed),
+        scheduler,
+        options,
+        max_parallel=record.data.get("max_parallel"),
+        snapshot=snapshot,
+        rerun_of=record.handle,
+        prog=f"distspec run {component.name}",
+    )
+    if not args.dryrun:
+        tell(
+            f"distspec: rerunning {len(failed)} of {len(states)} points of {record.handle}: {', '.join(map(str, failed[:20]))}"
+        )
+    return show_or_submit(runner, request, args)
+
+
+def _duration(status: AppStatus | None) -> str:
+    from distspec.cli.status import duration_text
+
+    return "-" if status is None else duration_text(status.duration)
+
+
+def points_table(
+    record: SweepRecord, states: Sequence[AppStatus | None], rows: Sequence[int] | None = None
+) -> list[str]:
+    """One line per point (``rows``: which; all by default): index, values, state,
+    duration, handle."""
+    sweep = record.sweep
+    chosen = range(len(states)) if rows is None else rows
+    lines: list[str] = []
+    cells = []
+    for i in chosen:
+        status = states[i]
+        values = " ".join(f"{k}={v}" for k, v in sweep.values(i).items())
+        state = status.state.value if status is not None else "UNKNOWN"
+        cells.append((str(i), values, state, _duration(status), record.handles[i]))
+    if not cells:
+        return lines
+    widths = [
+        max(len(c[j]) for c in [("POINT", "VALUES", "STATE", "TIME", "HANDLE"), *cells])
+        for j in range(5)
+    ]
+    for row in [("POINT", "VALUES", "STATE", "TIME", "HANDLE"), *cells]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return lines
+
+
+def _live_rows(states: Sequence[AppStatus | None]) -> list[int]:
+    """The points a live table shows: running, then failed, then the rest, in order."""
+
+    def rank(i: int) -> int:
+        s = states[i]
+        if s is None:
+            return 2
+        return {"RUNNING": 0, "FAILED": 1}.get(s.state.value, 3 if s.state.is_terminal else 2)
+
+    return sorted(sorted(range(len(states)), key=rank)[:LIVE_ROWS])
+
+
+def follow_sweep(runner: Runner, record: SweepRecord, err: TextIO, poll: float = 1.0) -> int:
+    """Show the sweep until every point has ended: on a terminal a table redrawn in
+    place, elsewhere a line per point whose state changed; then a summary. Returns 0
+    when every point succeeded, else 1."""
+    from distspec.sweep.record import counts, sweep_status
+
+    live = err.isatty()
+    seen: dict[int, str] = {}
+    drawn = 0
+    began = time.monotonic()
+    while True:
+        states = record.states(runner)
+        if live:
+            lines = points_table(record, states, _live_rows(states))
+            lines.append(_counts_line(counts(states)))
+            if drawn:
+                err.write(f"\x1b[{drawn}F\x1b[J")
+            err.write("\n".join(lines) + "\n")
+            drawn = len(lines)
+        else:
+            sweep = record.sweep
+            for i, status in enumerate(states):
+                state = status.state.value if status is not None else "UNKNOWN"
+                if seen.get(i) != state:
+                    seen[i] = state
+                    values = " ".join(f"{k}={v}" for k, v in sweep.values(i).items())
+                    err.write(f"distspec: point {i} ({values}): {state}\n")
+        err.flush()
+        overall = sweep_status(states)
+        if overall.is_terminal:
+            break
+        time.sleep(poll)
+    failed = [i for i, s in enumerate(states) if s is None or s.state.value != "SUCCEEDED"]
+    rows = None if len(states) <= SUMMARY_ROWS else failed
+    if not live or rows is not None:
+        err.write("\n".join(points_table(record, states, rows)) + "\n")
+    elapsed = time.monotonic() - began
+    err.write(
+        f"distspec: sweep {record.handle} {overall.state.value} after {elapsed:.1f}s: "
+        f"{_counts_line(counts(states))}\n"
+    )
+    if failed:
+        err.write(
+            f"distspec: {len(failed)} point(s) did not succeed; see a point's output with "
+            f"`distspec log HANDLE`, run them again with `distspec rerun --failed {record.handle}`\n"
+        )
+    err.flush()
+    return 1 if failed else 0
+
+
+def _counts_line(found: dict[str, int]) -> str:
+    return ", ".join(f"{n} {state}" for state, n in sorted(found.items()))
