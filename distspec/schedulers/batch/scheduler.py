@@ -15,14 +15,22 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from distspec.errors import CompileError, SchedulerError, UsageError
 from distspec.frozen import FrozenDict, frozen
-from distspec.schedulers.api import CommandResult, JobPaths, Request, Scheduler, check_capabilities
-from distspec.schedulers.batch.script import safe_app_id
+from distspec.schedulers.api import (
+    CommandResult,
+    Dependency,
+    JobPaths,
+    Points,
+    Request,
+    Scheduler,
+    check_capabilities,
+)
+from distspec.schedulers.batch.script import points_file, safe_app_id
 from distspec.schedulers.logs import log_file_name, read_log_lines, with_location
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import ClassVar, Generic, Protocol, TypeVar
+    from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
     from distspec.specs.app import AppDef
     from distspec.specs.state import AppStatus
@@ -51,6 +59,8 @@ class JobRecord:
     app: str
     folder: str
     roles: tuple[tuple[str, int], ...] = ()
+    #: An array job's task count (:meth:`BatchScheduler.compile_array`); 0 for one job.
+    points: int = 0
 
 
 class _HasJobDir(Protocol):
@@ -88,29 +98,84 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
 
     # -- the pure half -----------------------------------------------------------
 
-    def compile(self, app: AppDef, opts: BatchOptsT, *, app_id: str) -> Request:
+    def compile(
+        self, app: AppDef, opts: BatchOptsT, *, app_id: str, after: Sequence[Dependency] = ()
+    ) -> Request:
         """One batch script; ``argv`` submits it by hand from the folder it is written to,
-        ``job_dir`` is the folder submit creates for it."""
+        ``job_dir`` is the folder submit creates for it. The script waits for ``after``
+        (the backend's dependency directive)."""
+        return self._compile(app, opts, app_id=app_id, after=tuple(after), points=None)
+
+    def compile_array(
+        self,
+        app: AppDef,
+        opts: BatchOptsT,
+        *,
+        app_id: str,
+        points: Points,
+        after: Sequence[Dependency] = (),
+    ) -> Request:
+        """One array job's script, which runs point ``k`` of ``points`` as array task
+        ``k``, and beside it the points file ``<app_id>.points`` (see
+        :func:`~distspec.schedulers.batch.script.points_file`), which submit writes
+        into ``job_dir`` with the script."""
+        if not self.capabilities.arrays:
+            return super().compile_array(app, opts, app_id=app_id, points=points, after=after)
+        if not points.values:
+            raise CompileError(self.name, "a job array needs at least one point")
+        return self._compile(app, opts, app_id=app_id, after=tuple(after), points=points)
+
+    def _compile(
+        self,
+        app: AppDef,
+        opts: BatchOptsT,
+        *,
+        app_id: str,
+        after: tuple[Dependency, ...],
+        points: Points | None,
+    ) -> Request:
         check_capabilities(app, self.capabilities, self.name)
         self._check_image_dir(app)
         safe_id = safe_app_id(app_id)
         job_dir = self._job_dir(opts)
-        script = self._script(app, opts, app_id=safe_id, job_dir=job_dir)
         main = f"{safe_id}.{self.script_suffix}"
+        files = {}
+        if points is not None:
+            files[f"{safe_id}.points"] = points_file(points, self.name)
+        # Only what there is, so that a backend without dependencies or arrays keeps the
+        # old signature.
+        extra: dict[str, Any] = {"after": after} if after else {}
+        if points is not None:
+            extra["points"] = points
+        script = self._script(app, opts, app_id=safe_id, job_dir=job_dir, **extra)
         return Request(
             scheduler=self.name,
             app=app,
             app_id=app_id,
             options=opts,
-            files=FrozenDict({main: script}),
+            files=FrozenDict({main: script, **files}),
             argv=self._submit_argv(main, app_id=safe_id, job_dir=job_dir),
             main_file=main,
             job_dir=job_dir,
+            after=after,
+            points=points,
         )
 
     @abc.abstractmethod
-    def _script(self, app: AppDef, opts: BatchOptsT, *, app_id: str, job_dir: str) -> str:
-        """The batch script (pure); ``app_id`` is safe in file names."""
+    def _script(
+        self,
+        app: AppDef,
+        opts: BatchOptsT,
+        *,
+        app_id: str,
+        job_dir: str,
+        after: tuple[Dependency, ...] = (),
+        points: Points | None = None,
+    ) -> str:
+        """The batch script (pure); ``app_id`` is safe in file names. ``after``: the jobs
+        it waits for (passed only when there are some); ``points``: it is an array job
+        over them (passed only for :meth:`compile_array`), whose task ``k`` reads line
+        ``k + 1`` of ``<job_dir>/<app_id>.points``."""
 
     @abc.abstractmethod
     def _submit_argv(self, main: str, *, app_id: str, job_dir: str) -> tuple[str, ...]:
@@ -187,7 +252,8 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         )
 
     def _write_script(self, request: Request) -> Path:
-        """Write the request's script into ``job_dir`` (created); returns its path."""
+        """Write the request's files (its script, an array's points file) into ``job_dir``
+        (created); returns the script's path."""
         from pathlib import Path
 
         job_dir = Path(request.job_dir or self._job_dir(request.options))
@@ -198,8 +264,10 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
             job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             if not request.options.job_dir:
                 job_dir.chmod(0o700)
+            # Every file the request holds (an array's points file too), beside the script.
+            for name, text in request.files.items():
+                write_private(job_dir / name, text)
             script = job_dir / request.main_file
-            write_private(script, request.render())
         except OSError as e:
             raise SchedulerError(f"cannot write the job script into {job_dir}: {e}") from e
         return script
@@ -229,6 +297,8 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
             "folder": folder,
             "roles": [[r.name, r.num_replicas] for r in app.roles],
         }
+        if request.points is not None:
+            record["points"] = len(request.points.values)
         records.mkdir(parents=True, exist_ok=True, mode=0o700)
         records.chmod(0o700)
         records.parent.chmod(0o700)
@@ -250,6 +320,7 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
             app=data["app"],
             folder=data["folder"],
             roles=tuple((str(n), int(c)) for n, c in data["roles"]),
+            points=int(data.get("points", 0)),
         )
 
     def _times(self, job_id: str, folder: str | None, *, ended: bool) -> dict[str, str]:
@@ -329,8 +400,13 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         """The job's status from the scheduler's answer and the job folder, or None when neither the
         scheduler nor this state dir knows the job."""
         job_id = self._check_id(app_id)
-        record = self._record(job_id)
-        info = self._query(job_id)
+        return self._describe(job_id, self._record(job_id), self._query(job_id))
+
+    def _describe(
+        self, job_id: str, record: JobRecord | None, info: InfoT | None
+    ) -> AppStatus | None:
+        """:meth:`describe` from the job's record and the scheduler's answer (so that a
+        backend can answer many jobs from one query)."""
         if info is None and record is None:
             return None
         from pathlib import Path

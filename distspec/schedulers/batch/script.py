@@ -9,24 +9,34 @@ backends' compile steps use. Nothing here runs a command or reads the environmen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
-from distspec.schedulers.shell import MacroValues, shell_join, shell_word
+from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.specs.app import NAME_CHARS, Role
+from distspec.specs.placeholders import Var
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from distspec.schedulers.api import Points
 
 __all__ = [
     "KILL_FUNCTION",
     "START",
     "STAY",
+    "SWEEP_PREFIX",
     "WAIT_FUNCTIONS",
     "attempt_loop",
     "check_job_dir",
     "check_rank0_host",
     "cpus_per_node",
+    "point_exports",
+    "points_file",
     "rank0_host_word",
     "role_function",
     "safe_app_id",
+    "sweep_values",
     "task_function",
 ]
 
@@ -266,3 +276,94 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
         "done",
         'exit "$distspec_code"',
     ]
+
+
+# -- job arrays: the points file -------------------------------------------------------
+
+#: A sweep variable ``name`` reaches an array task as ``$DISTSPEC_SWEEP_<name>``;
+#: ``$DISTSPEC_SWEEP_INDEX`` is the point's sweep-wide index.
+SWEEP_PREFIX = "DISTSPEC_SWEEP_"
+
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+#: Characters ``$'...'`` writes as an escape.
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _value_word(value: str, scheduler: str) -> str:
+    """``value`` as one shell word on one line: ``shlex`` quoting, or ``$'...'`` (bash's
+    C-style quoting) where it holds a line break or another control character."""
+    import shlex
+
+    if "\x00" in value:
+        raise CompileError(
+            scheduler, f"sweep value {value!r}: an environment variable cannot hold a NUL byte"
+        )
+    if not any(c < " " or c == "\x7f" for c in value):
+        return shlex.quote(value)
+    out = []
+    for c in value:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif c < " " or c == "\x7f":
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
+def points_file(points: Points, scheduler: str) -> str:
+    r"""The points file of an array job: line ``k + 1`` for array task ``k``, each a
+    series of ``NAME=value`` shell words (``DISTSPEC_SWEEP_INDEX``, then
+    ``DISTSPEC_SWEEP_<name>`` per variable), which the script ``export``s
+    (:func:`point_exports`). A value may hold anything but a NUL byte: quotes, ``$``,
+    spaces, line breaks (written as ``$'\n'``).
+
+    Raises:
+        CompileError: a variable name that is no environment variable name, a point
+            with the wrong number of values, or a NUL byte.
+    """
+    for name in points.names:
+        if not re.fullmatch(_ENV_NAME, name):
+            raise CompileError(scheduler, f"sweep variable {name!r} is not a valid name")
+    lines = []
+    for k, values in enumerate(points.values):
+        if len(values) != len(points.names):
+            raise CompileError(
+                scheduler,
+                f"sweep point {points.first + k} has {len(values)} values for "
+                f"{len(points.names)} variables",
+            )
+        words = [f"{SWEEP_PREFIX}INDEX={points.first + k}"]
+        words += [
+            f"{SWEEP_PREFIX}{name}={_value_word(value, scheduler)}"
+            for name, value in zip(points.names, values, strict=True)
+        ]
+        lines.append(" ".join(words) + "\n")
+    return "".join(lines)
+
+
+def point_exports(path: str, task: str) -> list[str]:
+    """Script lines that export this array task's point: line ``task + 1`` of the
+    points file ``path`` (read with bash's ``mapfile``, no other program), ``eval``-ed
+    as ``export`` words (our own quoting, :func:`points_file`). ``task`` is the
+    shell variable of the array task index (``SLURM_ARRAY_TASK_ID``); a task without
+    a line ends the job with exit code 2 and says why."""
+    file = shell_word(path, {})
+    return [
+        f"# This array task's sweep point: line ${task} + 1 of the points file, as",
+        f"# {SWEEP_PREFIX}* variables (every task of every step inherits them).",
+        f'mapfile -t -s "${task}" -n 1 distspec_point < {file}',
+        "[[ -n ${distspec_point[0]:-} ]] || {",
+        f'  echo "distspec: no sweep point for array task ${task} in "{file} >&2',
+        "  exit 2",
+        "}",
+        'eval "export ${distspec_point[0]}"',
+    ]
+
+
+def sweep_values(points: Points | None) -> MacroValues:
+    """Each sweep variable of ``points`` to the runtime value an array task reads:
+    ``{{name}}`` becomes ``"$DISTSPEC_SWEEP_<name>"``. Empty without points."""
+    if points is None:
+        return {}
+    return {Var(name): ShellExpr(f"${SWEEP_PREFIX}{name}") for name in points.names}
