@@ -35,7 +35,13 @@ from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role, is_name
 from distspec.specs.macros import Macro
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
-__all__ = ["compile_script", "sbatch_value"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from distspec.schedulers.api import Dependency, Points
+
+__all__ = ["DEPENDENCY_KINDS", "check_job_id", "compile_script", "sbatch_value"]
 
 # Patterns are strings compiled on first use (re caches them).
 _GRES = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?$"
@@ -45,6 +51,53 @@ _PLAIN = NAME_CHARS + ",:@%/+="
 
 def _bad(message: str) -> CompileError:
     return CompileError(NAME, message)
+
+
+#: A job id as sbatch, squeue, sacct and scancel take it: ``1234``, or ``1234_7`` for
+#: task 7 of the job array 1234.
+_JOB_ID = r"[0-9]+(_[0-9]+)?"
+
+#: ``run --after`` condition -> Slurm's dependency type.
+DEPENDENCY_KINDS = {"ok": "afterok", "any": "afterany", "failed": "afternotok"}
+
+
+def check_job_id(app_id: str) -> bool:
+    """Whether ``app_id`` has the form of a Slurm job id (``1234``) or array task
+    (``1234_7``)."""
+    return re.fullmatch(_JOB_ID, app_id) is not None
+
+
+def _dependency(after: Sequence[Dependency]) -> list[str]:
+    """``--dependency=afterok:12:13,afterany:14`` (every one must hold: ``,``) and
+    ``--kill-on-invalid-dep=yes``, so that a job whose dependency can never be met is
+    cancelled rather than left pending forever. Empty without ``after``."""
+    if not after:
+        return []
+    kinds: dict[str, list[str]] = {}
+    for dep in after:
+        if dep.condition not in DEPENDENCY_KINDS:
+            raise _bad(
+                f"--after {dep.app_id}:{dep.condition}: the condition is one of "
+                f"{', '.join(DEPENDENCY_KINDS)}"
+            )
+        if not check_job_id(dep.app_id):
+            raise _bad(f"--after {dep.app_id!r}: a Slurm job id is digits (1234, or 1234_7)")
+        ids = kinds.setdefault(DEPENDENCY_KINDS[dep.condition], [])
+        if dep.app_id not in ids:
+            ids.append(dep.app_id)
+    spec = ",".join(":".join([kind, *ids]) for kind, ids in kinds.items())
+    return [f"--dependency={spec}", "--kill-on-invalid-dep=yes"]
+
+
+def _array(points: Points | None) -> list[str]:
+    """``--array=0-(n-1)``, with ``%K`` to run at most K tasks at once."""
+    if points is None:
+        return []
+    n = len(points.values)
+    limit = f"%{points.max_parallel}" if points.max_parallel else ""
+    if points.max_parallel is not None and points.max_parallel < 1:
+        raise _bad(f"max_parallel={points.max_parallel}: expected a positive number")
+    return [f"--array=0-{n - 1}{limit}"]
 
 
 def sbatch_value(text: str) -> str:
@@ -102,12 +155,22 @@ def _resources(role: Role, opts: SlurmOptions) -> list[str]:
     return flags
 
 
-def _job_flags(app: AppDef, opts: SlurmOptions, job_dir: str) -> list[str]:
+def _job_flags(
+    app: AppDef,
+    opts: SlurmOptions,
+    job_dir: str,
+    after: Sequence[Dependency] = (),
+    points: Points | None = None,
+) -> list[str]:
+    # An array task's output: %A the array's job id, %a the task's index.
+    output = "%A_%a" if points is not None else "%j"
     flags = [
         f"--job-name={app.name}",
-        f"--output={job_dir}/{app.name}-%j.out",
+        *_array(points),
+        f"--output={job_dir}/{app.name}-{output}.out",
         # Appending keeps earlier attempts' output when the job is requeued.
         "--open-mode=append",
+        *_dependency(after),
     ]
     simple = [
         ("partition", opts.partition),
@@ -159,9 +222,14 @@ trap distspec_requeue {signal}
 """
 
 
-def _macro_values(role: Role) -> MacroValues:
+#: An array task's own id, as squeue and scancel name it: ``1234_7``.
+_TASK_ID = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+
+
+def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
     return {
-        Macro.APP_ID: ShellExpr("$SLURM_JOB_ID"),
+        # An array task is known by its task id (1234_7): that is its handle's app id.
+        Macro.APP_ID: ShellExpr(_TASK_ID if points is not None else "$SLURM_JOB_ID"),
         Macro.REPLICA_ID: ShellExpr("$SLURM_NODEID"),
         # Inside a step this is the step's (for a hetjob: the component's) node count.
         Macro.NUM_REPLICAS: ShellExpr("$SLURM_JOB_NUM_NODES"),
@@ -169,7 +237,21 @@ def _macro_values(role: Role) -> MacroValues:
         # The job's own port (job_rdzv_port): jobs sharing a first node do not meet.
         Macro.RDZV_PORT: ShellExpr(f"$(({DEFAULT_RDZV_PORT} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))"),
         Macro.IMG_ROOT: role.image if role.image else ShellExpr("$SLURM_SUBMIT_DIR"),
+        **batch.sweep_values(points),
     }
+
+
+def _job_folder(base: str, app: AppDef, points: Points | None) -> str:
+    """``export DISTSPEC_JOB_DIR=<job_dir>/<app>-<job id>`` (an array task's: ``1234_7``)."""
+    folder = shell_word(f"{base}/{app.name}-", {})
+    return f'export DISTSPEC_JOB_DIR={folder}"{_TASK_ID if points else "$SLURM_JOB_ID"}"'
+
+
+def _point_lines(points: Points | None, job_dir: str, app_id: str) -> list[str]:
+    """An array task's point, exported before any srun (see :func:`batch.point_exports`)."""
+    if points is None:
+        return []
+    return batch.point_exports(f"{job_dir}/{app_id}.points", "SLURM_ARRAY_TASK_ID")
 
 
 def _srun_flags(index: int, role: Role, opts: SlurmOptions, het: bool) -> list[str]:
@@ -217,11 +299,14 @@ def _single_quoted(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> list[str]:
+def _plain_body(
+    app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str, points: Points | None
+) -> list[str]:
     """The script after the #SBATCH lines for one role without retries: one srun in the
     foreground (in the background with ``requeue``, whose trap bash runs only between
     commands), each task writing its ``.host`` and ``.exit`` files itself."""
-    values = _macro_values(role)
+    role = app.roles[0]
+    values = _macro_values(role, points)
     name = role.name  # NAME_CHARS only: a plain word in the shell
     task = [
         "",
@@ -240,13 +325,15 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
     )
     out = [
         f"# Generated by distspec for app {app_id}; submit by hand with: sbatch {app_id}.sbatch",
+        *_array_comment(points, app_id),
         f"# Role {name}, {_nodes(role)} node(s), one task each: task i logs to {name}-i.log in the",
         "# job folder and writes its node and exit code beside it (.host, .exit; Slurm keeps one",
         "# exit code per step). A requeued job starts again from the top: clear the old ones.",
-        "export DISTSPEC_JOB_DIR=" + shell_word(f"{folder}-", {}) + '"$SLURM_JOB_ID"',
+        _job_folder(job_dir, app, points),
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
         'rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start}',
         'echo "${SLURM_RESTART_COUNT:-0}" > "$DISTSPEC_JOB_DIR/requeues"',
+        *_point_lines(points, job_dir, app_id),
     ]
     if opts.unbuffered:
         out.append("export PYTHONUNBUFFERED=1")
@@ -281,38 +368,71 @@ def _plain_body(role: Role, opts: SlurmOptions, *, app_id: str, folder: str) -> 
     return out
 
 
-def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str) -> str:
-    """The sbatch script for ``app``: pure text, the same for the same inputs."""
+def _array_comment(points: Points | None, app_id: str) -> list[str]:
+    if points is None:
+        return []
+    return [
+        f"# A job array of {len(points.values)} sweep points (task k runs point "
+        f"{points.first} + k), with {app_id}.points beside this script."
+    ]
+
+
+def compile_script(
+    app: AppDef,
+    opts: SlurmOptions,
+    *,
+    app_id: str,
+    job_dir: str,
+    after: Sequence[Dependency] = (),
+    points: Points | None = None,
+) -> str:
+    """The sbatch script for ``app``: pure text, the same for the same inputs.
+
+    ``after``: the jobs it waits for (``--dependency``). ``points``: a job array, task
+    ``k`` of which runs point ``k`` with each ``{{name}}`` in the roles' args and env
+    read from ``$DISTSPEC_SWEEP_<name>``, exported from line ``k + 1`` of
+    ``<job_dir>/<app_id>.points`` (written beside the script by submit); each task has
+    its own job folder ``<app>-<array job id>_<task>``.
+    """
     if not is_name(app.name) or len(app.name) > 200:
         raise _bad(f"app name {app.name!r} is not a valid Slurm job name")
     check_job_dir(job_dir)
     check_options(opts)
+    if after and any(re.match(r"--dependency(=|$)", f) for f in opts.sbatch_args):
+        raise _bad("sbatch_args --dependency and --after both set: give the dependency once")
     retries = _retries(app)
     het = len(app.roles) > 1
+    if het and points is not None:
+        raise _bad(
+            f"app {app.name!r} has {len(app.roles)} roles (a heterogeneous job), and Slurm "
+            "runs no job arrays of heterogeneous jobs: submit one job per sweep point"
+        )
     base = job_dir.rstrip("/")
 
     out = ["#!/bin/bash"]
     for index, role in enumerate(app.roles):
         if index == 0:
             # Job-wide flags go in the first component; a hetjob propagates them.
-            out += [_directive(f) for f in _job_flags(app, opts, base)]
+            out += [_directive(f) for f in _job_flags(app, opts, base, after, points)]
         else:
             out.append("#SBATCH hetjob")
         out.append(f"#SBATCH --nodes={_nodes(role)}")
         out += [_directive(f) for f in _resources(role, opts)]
     if not het and not retries:
-        out += _plain_body(app.roles[0], opts, app_id=app_id, folder=f"{base}/{app.name}")
+        out += _plain_body(app, opts, app_id=app_id, job_dir=base, points=points)
         return "\n".join(out) + "\n"
     kind = "heterogeneous job, one component per role" if het else "one role"
     out += [
         f"# Generated by distspec for app {app_id} ({kind}). Submit by hand with:",
         f"#   sbatch {app_id}.sbatch",
+        *_array_comment(points, app_id),
         *(f"# role {role.name}: {_nodes(role)} node(s), one task per node" for role in app.roles),
         "",
         "# Replica i of a role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
-        "export DISTSPEC_JOB_DIR=" + shell_word(f"{base}/{app.name}-", {}) + '"$SLURM_JOB_ID"',
+        _job_folder(base, app, points),
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
         'echo "${SLURM_RESTART_COUNT:-0}" > "$DISTSPEC_JOB_DIR/requeues"',
+        *_point_lines(points, base, app_id),
     ]
     if opts.unbuffered:
         out.append("export PYTHONUNBUFFERED=1")
@@ -331,7 +451,7 @@ def compile_script(app: AppDef, opts: SlurmOptions, *, app_id: str, job_dir: str
         "# task's own node index there.",
     ]
     out += [
-        batch.role_function(f"distspec_role_{index}", role, _macro_values(role))
+        batch.role_function(f"distspec_role_{index}", role, _macro_values(role, points))
         for index, role in enumerate(app.roles)
     ]
     out += [_task(), batch.WAIT_FUNCTIONS]

@@ -19,9 +19,12 @@ __all__ = [
     "SLURM_STATES",
     "Component",
     "JobInfo",
+    "array_infos",
     "combine",
+    "expand_array_ids",
     "expand_hostlist",
     "list_rows",
+    "parse_max_array_size",
     "parse_sacct",
     "parse_scontrol",
     "replica_status",
@@ -115,6 +118,29 @@ def _expand_one(item: str) -> list[str]:
         else:
             values.append(part)
     return [head + v + rest for v in values for rest in _expand_one(tail) or [""]]
+
+
+def expand_array_ids(key: str) -> list[str]:
+    """The ids a job id field stands for: an array's pending tasks come as one row,
+    ``1234_[4-9%2]`` or ``1234_[1,3,5-7]`` (``%K``: its throttle), which is
+    ``1234_4`` ... ; any other id is itself."""
+    match = re.fullmatch(r"(\d+)_\[([0-9,\-]+)(?:%\d+)?\]", key)
+    if match is None:
+        return [key]
+    base, spec = match.groups()
+    out = []
+    for part in spec.split(","):
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            continue
+        out += [f"{base}_{i}" for i in range(int(low), int(high if sep else low) + 1)]
+    return out
+
+
+def parse_max_array_size(text: str) -> int | None:
+    """``MaxArraySize`` from ``scontrol show config``; None when it is not there."""
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", text, re.M)
+    return int(match.group(1)) if match else None
 
 
 def state_word(text: str) -> str:
@@ -278,26 +304,76 @@ def parse_scontrol(text: str) -> JobInfo | None:
     )
 
 
+def array_infos(text: str, source: str) -> dict[str, JobInfo]:
+    """Each array task's :class:`JobInfo` from one query of the whole array, by task id
+    (``1234_7``): ``sacct --allocations`` (``source="sacct"``; the format of
+    :func:`parse_sacct`) or ``scontrol show job -o`` (``source="scontrol"``). The
+    tasks that have not started yet are one row (see :func:`expand_array_ids`)."""
+    own: dict[str, str] = {}  # a task's own row
+    pending: dict[str, str] = {}  # the row of the pending range that holds the task
+    for line in text.splitlines():
+        if source == "sacct":
+            key = line.split("|", 1)[0]
+            if "." in key:
+                continue
+            ids = expand_array_ids(key)
+        else:
+            f = _scontrol_fields(line)
+            task, array = f.get("ArrayTaskId", ""), f.get("ArrayJobId", "")
+            if not (task and array):
+                continue
+            ids = expand_array_ids(f"{array}_[{task}]")
+        if len(ids) == 1:
+            own[ids[0]] = line
+        else:
+            for task_id in ids:
+                pending.setdefault(task_id, line)
+    parse = parse_sacct if source == "sacct" else parse_scontrol
+    out = {}
+    parsed: dict[str, JobInfo | None] = {}  # a pending range's row is parsed once
+    for task_id, line in {**pending, **own}.items():
+        if line not in parsed:
+            parsed[line] = parse(line)
+        info = parsed[line]
+        if info is not None:
+            out[task_id] = info
+    return out
+
+
 def list_rows(text: str) -> list[list[str]]:
     """The rows of ``sacct --parsable2`` or ``squeue --format=%i|%j|%T|%r|%V|%e``:
     id, name, state, reason, submitted, ended."""
     return [line.split("|")[:6] for line in text.splitlines() if line.count("|") >= 3]
 
 
+def _newest_first(job_id: str) -> tuple[int, int]:
+    """Sort key of a job id: the newest job first, an array's tasks in order."""
+    job, _, task = job_id.partition("_")
+    return -int(job), int(task or 0)
+
+
 def summaries(rows: Sequence[Sequence[str]]) -> list[AppSummary]:
     """One summary per job, newest first, from :func:`list_rows`' rows: a hetjob's
-    components (``7+0``, ``7+1``) make one job; of a job listed more than once (a
-    requeued job with ``--duplicates``), the last row counts."""
+    components (``7+0``, ``7+1``) make one job; each task of a job array is one
+    (``1234_7``; the pending ones come as one row, ``1234_[4-9%2]``); of a job listed
+    more than once (a requeued job with ``--duplicates``), the last row counts."""
     latest: dict[str, Sequence[str]] = {}
     for row in rows:
         latest[row[0]] = row  # per (hetjob component) id, the last run listed
     jobs: dict[str, list[Sequence[str]]] = {}
+    pending: dict[str, Sequence[str]] = {}
     for key, row in latest.items():
+        if "[" in key:  # an array's pending tasks: one line each, unless listed on their own
+            for task_id in expand_array_ids(key):
+                pending.setdefault(task_id, row)
+            continue
         base = key.split("+")[0]
-        if base.isdigit():
+        if re.fullmatch(r"\d+(_\d+)?", base):
             jobs.setdefault(base, []).append(row)
+    for task_id, row in pending.items():
+        jobs.setdefault(task_id, [row])
     out = []
-    for base in sorted(jobs, key=int, reverse=True):
+    for base in sorted(jobs, key=_newest_first):
         comps = jobs[base]
         states = [state_word(c[2]) for c in comps]
         mapped = combine([SLURM_STATES.get(s, AppState.UNKNOWN) for s in states])
