@@ -14,6 +14,7 @@ The supervisor's side, standard library only (it runs under ``python -I -S``):
 
 - :mod:`.supervisor`: the detached supervisor of one run, and its entry point;
 - :mod:`.keeper`: one replica attempt; :mod:`.replica`: one replica's state;
+- :mod:`.dependencies`: ``run --after``, waiting for other runs to end;
 - :mod:`.files`, :mod:`.processes`, :mod:`.exits`: the run directory's files, the
   run's processes, how a command ended.
 

@@ -31,7 +31,8 @@ START_TIMEOUT = 60.0
 def submit_run(request: Request, root: Path, run_dir: Path, scheduler: str) -> str:
     """Make ``run_dir`` (below ``root``, the backend's state folder), write the
     request's files into it and start the supervisor detached; returns the app id
-    once the supervisor has started every replica and written its first state.
+    once the supervisor has started every replica and written its first state (a run
+    with dependencies: once it has written that it waits for them, not after).
 
     Raises:
         SchedulerError: the run directory cannot be made or written (read-only or

@@ -7,10 +7,14 @@ substituted: ``argv``, ``env`` (the role's, plus ``PYTHONUNBUFFERED``,
 ``DISTSPEC_ROLE_NAME``, ``DISTSPEC_REPLICA_ID``), ``cwd`` (the option, else the
 role's image; None: where ``distspec run`` starts), ``prepend_cwd`` and its three
 log files; per role the
-retry policy and ``max_retries``; and the options the supervisor applies
-(``grace_period``). ``${rank0_host}`` is ``localhost``, ``${replica_id}`` the
-replica's index, ``${img_root}`` the role's image (a directory here), else ``cwd``,
-else ``.``.
+retry policy and ``max_retries``; the options the supervisor applies
+(``grace_period``); and, for a run with dependencies (``run --after``), ``after``:
+one ``{"app_id", "run_dir", "condition"}`` per run it waits for, ``run_dir`` being
+that run's absolute run directory, where the supervisor reads how it ended; nothing
+starts before they all have ended as asked (:mod:`.dependencies`). A run without
+dependencies has no ``after`` key. ``${rank0_host}`` is ``localhost``,
+``${replica_id}`` the replica's index, ``${img_root}`` the role's image (a directory
+here), else ``cwd``, else ``.``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from distspec.torchrun import job_rdzv_port
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
     from distspec.schedulers.local.options import LocalOptions
@@ -37,16 +42,22 @@ BY_HAND = ("python3", "-m", "distspec.schedulers.local.supervisor", "--foregroun
 LOG_PATTERN = "logs/" + log_file_name("{role}", "{replica}", "log")
 
 
-def plan_files(app: AppDef, opts: LocalOptions, *, app_id: str) -> dict[str, str]:
+def plan_files(
+    app: AppDef, opts: LocalOptions, *, app_id: str, after: Sequence[Mapping[str, str]] = ()
+) -> dict[str, str]:
     """``plan.json`` and ``appdef.json``, the files a run directory starts with."""
+    plan = build_plan(app, opts, app_id=app_id, after=after)
     return {
-        PLAN_FILE: json.dumps(build_plan(app, opts, app_id=app_id), indent=2) + "\n",
+        PLAN_FILE: json.dumps(plan, indent=2) + "\n",
         "appdef.json": json.dumps(app.to_dict(), indent=2) + "\n",
     }
 
 
-def build_plan(app: AppDef, opts: LocalOptions, *, app_id: str) -> dict[str, Any]:
-    """The plan of ``app`` run as ``app_id`` (see the module docstring)."""
+def build_plan(
+    app: AppDef, opts: LocalOptions, *, app_id: str, after: Sequence[Mapping[str, str]] = ()
+) -> dict[str, Any]:
+    """The plan of ``app`` run as ``app_id`` (see the module docstring); ``after``: the
+    plan's ``after`` entries, in order (none: no ``after`` key)."""
     from distspec.specs import macros
 
     next_gpu = 0
@@ -101,10 +112,13 @@ def build_plan(app: AppDef, opts: LocalOptions, *, app_id: str) -> dict[str, Any
                 "replicas": replicas,
             }
         )
-    return {
+    plan: dict[str, Any] = {
         "version": 1,
         "app_id": app_id,
         "app_name": app.name,
         "options": {"grace_period": opts.grace_period},
-        "roles": roles,
     }
+    if after:
+        plan["after"] = [dict(dep) for dep in after]
+    plan["roles"] = roles
+    return plan

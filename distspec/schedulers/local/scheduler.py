@@ -12,14 +12,16 @@ whose supervisor died records the truth (FAILED, "supervisor died").
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from distspec.errors import SchedulerError, UsageError
+from distspec.errors import CompileError, SchedulerError, UsageError
 from distspec.frozen import frozendict
 from distspec.schedulers.api import (
+    CONDITIONS,
     SCRIPT_METADATA,
     AppSummary,
     Capabilities,
+    Dependency,
     JobPaths,
     Request,
     Scheduler,
@@ -70,6 +72,8 @@ class LocalScheduler(Scheduler[LocalOptions]):
         image="directory",
         # Whole runs, logs included, live in the state dir: prune removes ended ones.
         prunable=True,
+        # run --after: the supervisor waits for the other runs' ends (.dependencies).
+        dependencies=True,
     )
     max_poll_interval: ClassVar[float] = 0.05
 
@@ -105,18 +109,40 @@ class LocalScheduler(Scheduler[LocalOptions]):
 
     # -- the pure half ------------------------------------------------------------
 
-    def compile(self, app: AppDef, opts: LocalOptions, *, app_id: str) -> Request:
+    def compile(
+        self, app: AppDef, opts: LocalOptions, *, app_id: str, after: Sequence[Dependency] = ()
+    ) -> Request:
         """The plan (:mod:`.plan`): every replica's argv, env, cwd and log files, macros
-        substituted; ``--dryrun`` prints it, ``-o DIR`` runs it by hand in DIR."""
+        substituted; ``--dryrun`` prints it, ``-o DIR`` runs it by hand in DIR.
+
+        ``after`` (``run --after``) becomes the plan's ``after`` list, each run named
+        with its run directory under this scheduler's state dir: the supervisor waits
+        for them to end before it starts anything (:mod:`.dependencies`).
+
+        Raises:
+            CompileError: a dependency's condition is not one of ``CONDITIONS``.
+            UsageError: a dependency's app id is not one a run directory can have.
+        """
         check_capabilities(app, self.capabilities, self.name)
+        deps = []
+        for dep in after:
+            if dep.condition not in CONDITIONS:
+                raise CompileError(
+                    self.name,
+                    f"after {dep.app_id}: unknown condition {dep.condition!r} "
+                    f"(one of {', '.join(CONDITIONS)})",
+                )
+            run_dir = os.path.abspath(self.run_dir(dep.app_id))
+            deps.append({"app_id": dep.app_id, "run_dir": run_dir, "condition": dep.condition})
         return Request(
             scheduler=self.name,
             app=app,
             app_id=app_id,
             options=opts,
-            files=frozendict(plan_files(app, opts, app_id=app_id)),
+            files=frozendict(plan_files(app, opts, app_id=app_id, after=deps)),
             argv=BY_HAND,
             main_file=PLAN_FILE,
+            after=tuple(after),
         )
 
     # -- the effectful half -------------------------------------------------------
@@ -139,7 +165,8 @@ class LocalScheduler(Scheduler[LocalOptions]):
 
     def submit(self, request: Request) -> str:
         """Write the run directory and start the supervisor detached; returns the app id
-        once the supervisor has started every replica and written its first state.
+        once the supervisor has started every replica and written its first state (a
+        run with dependencies: once its state says PENDING, "waiting for ...").
 
         Raises:
             SchedulerError: the run directory cannot be made or written (read-only or

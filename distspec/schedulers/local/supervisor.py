@@ -396,7 +396,12 @@ class Supervisor:
 
     def run(self, ready_fd: int | None) -> int:
         """Start every replica, supervise them until the run has ended and write its final state;
-        the exit code (1 when the first state could not be written, as told on ``ready_fd``)."""
+        the exit code (1 when the first state could not be written, as told on ``ready_fd``).
+
+        A run with dependencies (the plan's ``after``) answers ``ready_fd`` as soon as
+        its first state says what it waits for, then starts its replicas once every
+        dependency has ended as its condition asks, or ends CANCELLED without starting
+        any (a dependency that did not, or a cancel meanwhile)."""
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         wake_r, wake_w = os.pipe()
         msg_r, msg_w = os.pipe()
@@ -420,8 +425,20 @@ class Supervisor:
             os.set_inheritable(ready_fd, False)
             wake.append(ready_fd)
         self.reaped: dict[int, int] = {}
-        for r in self.replicas:
-            self.start(r, msg_w, wake)
+        # run --after: nothing starts before every dependency has ended as asked; the
+        # submitter is answered at once, with the run PENDING ("waiting for ...").
+        deps = self._dependencies()
+        outcome = "go"
+        if deps:
+            outcome, self.msg = _verdict(deps)
+            if outcome != "wait":
+                for dep in deps:
+                    dep.close()  # no descriptor of theirs goes to the keepers
+        if outcome == "never":
+            self._never_start(self.msg)
+        elif outcome == "go":
+            for r in self.replicas:
+                self.start(r, msg_w, wake)
         recorded = self.write_state()
         if ready_fd is not None:
             try:
@@ -438,10 +455,82 @@ class Supervisor:
                 # submitter, told why, removes its directory; nothing of it is left.
                 kill_tree(set(), self.reaped)
                 release_reserve(self.run_dir)
+                for dep in deps:
+                    dep.close()
                 if alive is not None:
                     os.close(alive)
                 return 1
+        if outcome == "wait":
+            outcome = self._await(deps, wake_r)
+            if outcome == "go":
+                for r in self.replicas:
+                    self.start(r, msg_w, wake)
+                self.write_state()
+        if outcome == "go":
+            self._supervise(wake_r, msg_r, msg_w, wake)
+        return self._finish(alive)
 
+    def _dependencies(self) -> list[Any]:
+        """The plan's ``after`` as :class:`.dependencies.Dependency` objects (that
+        module is imported only for a run that has some)."""
+        specs = self.plan.get("after") or ()
+        if not specs:
+            return []
+        from distspec.schedulers.local.dependencies import Dependency
+
+        return [Dependency(spec, self.run_dir) for spec in specs]
+
+    def _await(self, deps: list[Any], wake_r: int) -> str:
+        """Wait until every dependency has ended (:mod:`.dependencies`), the state file
+        saying what for; ``"go"`` when each met its condition, ``"never"`` when one did
+        not, ``"cancel"`` on a cancel. The run's outcome is decided for the last two."""
+        from distspec.schedulers.local.dependencies import POLL_INTERVAL, SAFETY_INTERVAL
+
+        try:
+            while True:
+                poller = select.poll()
+                poller.register(wake_r, select.POLLIN)
+                fifos = {d.fifo: d for d in deps if d.end is None and d.fifo is not None}
+                for fd in fifos:
+                    poller.register(fd, select.POLLIN)
+                blind = any(d.end is None and d.fifo is None for d in deps)
+                timeout = POLL_INTERVAL if blind or self.write_error else SAFETY_INTERVAL
+                for fd, _ in poller.poll(timeout * 1000):
+                    if fd in fifos:
+                        # Hung up (the dependency ended or its supervisor died), or
+                        # written to against the protocol: read its state from now on.
+                        fifos[fd].close()
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                if self.cancel_requested:
+                    self.final = ("CANCELLED", "cancel requested")
+                    for r in self.replicas:
+                        r.state, r.reason = "CANCELLED", "cancelled before it started"
+                    self.msg = ""
+                    return "cancel"
+                outcome, self.msg = _verdict(deps)
+                if outcome == "never":
+                    self._never_start(self.msg)
+                if outcome != "wait":
+                    return outcome
+                self.write_state()
+        finally:
+            for dep in deps:
+                dep.close()
+
+    def _never_start(self, msg: str) -> None:
+        """End the run before it started anything: a dependency ended in a way that
+        does not meet its condition (Slurm cancels such a job, ``--kill-on-invalid-dep``)."""
+        self.final = ("CANCELLED", msg)
+        self.msg = ""
+        for r in self.replicas:
+            r.state, r.reason = "CANCELLED", msg
+
+    def _supervise(self, wake_r: int, msg_r: int, msg_w: int, wake: list[int]) -> None:
+        """Follow the replicas until the run has ended and none is left alive."""
         poller = select.poll()
         poller.register(wake_r, select.POLLIN)
         poller.register(msg_r, select.POLLIN)
@@ -495,6 +584,10 @@ class Supervisor:
             if done and not any(r.live for r in self.replicas):
                 break
             self.write_state()
+
+    def _finish(self, alive: int | None) -> int:
+        """Record the final state (retrying while it cannot be written), then hang up
+        ``alive.fifo``; the exit code."""
         kill_tree(set(), self.reaped)
         for r in self.replicas:
             if r.state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -513,6 +606,12 @@ class Supervisor:
         if alive is not None:
             os.close(alive)  # wakes every waiter now, not at the end of interpreter exit
         return 0
+
+
+def _verdict(deps: list[Any]) -> tuple[str, str]:
+    from distspec.schedulers.local.dependencies import verdict
+
+    return verdict(deps)
 
 
 def _say(text: str) -> None:
