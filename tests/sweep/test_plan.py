@@ -1,0 +1,130 @@
+"""How a sweep is compiled (distspec.sweep.plan) and submitted (distspec.sweep.submit),
+against Slurm with a recording command runner: one array when only text changes,
+split at MaxArraySize (the arrays chained under --max-parallel), one job per point
+when a value changes the job's shape; dependencies from --after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distspec.components.loader import load
+from distspec.errors import UsageError
+from distspec.runner import Runner
+from distspec.sweep.plan import fill_app, plan_sweep
+from distspec.sweep.spec import parse
+from distspec.sweep.submit import submit_sweep
+from tests.conftest import FakeCommands
+
+CFG = {"snapshot": "off"}
+
+
+def _runner(fake: FakeCommands, max_array: int | None) -> Runner:
+    runner = Runner(run_cmd=fake)
+    sched = runner.scheduler("slurm")
+    sched.max_array_size = lambda opts: max_array  # type: ignore[method-assign]
+    return runner
+
+
+def _plan(runner: Runner, args: list[str], defs: list[str], **kw: object) -> object:
+    return plan_sweep(
+        runner,
+        load("dist.ddp"),
+        args,
+        parse(defs),
+        "slurm",
+        CFG,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> Path:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+ARGS = ["-j", "1x2", "--script", "train.py", "--", "--lr", "{{lr}}", "--seed", "{{seed}}"]
+
+
+def test_text_only_values_make_one_array(work: Path, fake_commands: FakeCommands) -> None:
+    runner = _runner(fake_commands, None)
+    req = _plan(runner, ARGS, ["lr=0.1,0.2,0.3", "seed=0,1"], max_parallel=2)
+    assert req.arrays and len(req.requests) == 1  # type: ignore[attr-defined]
+    script = req.requests[0].render()  # type: ignore[attr-defined]
+    assert "#SBATCH --array=0-5%2" in script
+    assert '--lr "$DISTSPEC_SWEEP_lr" --seed "$DISTSPEC_SWEEP_seed"' in script
+    points = req.requests[0].points  # type: ignore[attr-defined]
+    assert points.values[5] == ("0.3", "1") and points.first == 0
+
+
+def test_an_array_over_max_array_size_is_split_and_chained(
+    work: Path, fake_commands: FakeCommands
+) -> None:
+    runner = _runner(fake_commands, 2)
+    req = _plan(runner, ARGS, ["lr=0.1,0.2,0.3", "seed=0"], max_parallel=1)
+    firsts = [r.points.first for r in req.requests]  # type: ignore[attr-defined]
+    assert firsts == [0, 2]
+    assert "#SBATCH --array=0-1%1" in req.requests[0].render()  # type: ignore[attr-defined]
+    assert "#SBATCH --array=0-0%1" in req.requests[1].render()  # type: ignore[attr-defined]
+    fake_commands.on("sbatch", stdout="100\n")
+    fake_commands.on("sbatch", stdout="101\n")
+    record = submit_sweep(runner, req)  # type: ignore[arg-type]
+    sbatches = [c for c in fake_commands.calls if c[0] == "sbatch"]
+    assert len(sbatches) == 2
+    second = Path(sbatches[1][-1]).read_text()
+    # the second array waits for the first: together never more than K at once
+    assert "#SBATCH --dependency=afterany:100" in second
+    assert [h.rsplit("/", 1)[1] for h in record.handles] == ["100_0", "100_1", "101_0"]
+    assert record.dependency_ids() == ["100", "101"]
+
+
+def test_a_value_that_changes_the_shape_makes_one_job_per_point(
+    work: Path, fake_commands: FakeCommands
+) -> None:
+    runner = _runner(fake_commands, None)
+    args = ["-j", "{{n}}x1", "--script", "train.py"]
+    req = _plan(runner, args, ["n=1,2"])
+    assert not req.arrays and len(req.requests) == 2  # type: ignore[attr-defined]
+    assert "not plain text" in (req.why_not_array or "")  # type: ignore[attr-defined]
+    nodes = ["#SBATCH --nodes=1", "#SBATCH --nodes=2"]
+    for request, line in zip(req.requests, nodes, strict=True):  # type: ignore[attr-defined]
+        assert line in request.render()
+        assert request.app.roles[0].env["DISTSPEC_SWEEP_n"] in ("1", "2")
+
+
+def test_lanes_keep_max_parallel_without_arrays(work: Path, fake_commands: FakeCommands) -> None:
+    runner = _runner(fake_commands, None)
+    req = _plan(runner, ["-j", "{{n}}x1", "--script", "train.py"], ["n=1,2,3"], max_parallel=2)
+    for job in ("200", "201", "202"):
+        fake_commands.on("sbatch", stdout=job + "\n")
+    submit_sweep(runner, req)  # type: ignore[arg-type]
+    scripts = [Path(c[-1]).read_text() for c in fake_commands.calls if c[0] == "sbatch"]
+    assert "--dependency" not in scripts[0] and "--dependency" not in scripts[1]
+    assert "#SBATCH --dependency=afterany:200" in scripts[2]  # point 2 waits for point 0
+
+
+def test_after_reaches_every_array(work: Path, fake_commands: FakeCommands) -> None:
+    runner = _runner(fake_commands, None)
+    fake_commands.on("sacct", stdout="")  # the dependency's existence is asked of Slurm
+    fake_commands.on("scontrol", stdout="JobId=77 JobName=x JobState=COMPLETED ExitCode=0:0\n")
+    deps = runner.dependencies("slurm", ["slurm://distspec/77:failed"])
+    req = _plan(runner, ARGS, ["lr=0.1", "seed=0"], after=deps)
+    assert "#SBATCH --dependency=afternotok:77" in req.requests[0].render()  # type: ignore[attr-defined]
+
+
+def test_fill_app_fills_every_text(work: Path) -> None:
+    runner = Runner()
+    app = runner.bind(load("dist.ddp"), ["--script", "train.py", "--env", "X={{v}}", "--", "{{v}}"])
+    filled = fill_app(app, {"v": "7"})
+    assert filled.roles[0].env["X"] == "7" and filled.roles[0].args[-1] == "7"
+
+
+def test_bad_max_parallel_and_a_point_that_does_not_bind(work: Path) -> None:
+    runner = Runner()
+    with pytest.raises(UsageError, match=">= 1"):
+        _plan(runner, ARGS, ["lr=0.1", "seed=0"], max_parallel=0)
+    with pytest.raises(UsageError, match=r"sweep point 1 \(n=zz\)"):
+        _plan(runner, ["-j", "{{n}}x1", "--script", "train.py"], ["n=1,zz"])
