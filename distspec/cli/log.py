@@ -8,6 +8,10 @@ import argparse
 import re
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 #: The largest --tail, --rank and --replica accepted (2^31 - 1).
 _MAX_COUNT = 2**31 - 1
 
@@ -101,6 +105,9 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--regex {args.regex!r}: {e}") from None
     since = parse_since(args.since) if args.since else None
     runner = make_runner()
+    sweep = runner.sweep(args.handle)
+    if sweep is not None:
+        return _sweep_log(runner, sweep, args, role or None, replica, since)
     lines = runner.log_lines(
         args.handle,
         role or None,
@@ -116,4 +123,35 @@ def main(args: argparse.Namespace) -> int:
         out.write((line.text if args.raw else line.format()) + "\n")
         if args.follow:
             out.flush()
+    return 0
+
+
+def _sweep_log(
+    runner: Any,
+    sweep: Any,
+    args: argparse.Namespace,
+    role: str | None,
+    replica: int | None,
+    since: float | None,
+) -> int:
+    """``log`` of a sweep: each point's lines in point order, each line led by
+    ``point I|`` (with ``--raw``, the text alone). Following is one point's."""
+    from distspec.errors import AppNotFound, UsageError
+
+    if args.follow:
+        raise UsageError(
+            f"{args.handle} is a sweep: follow one point's log (`distspec describe "
+            f"{args.handle}` lists their handles)"
+        )
+    out = sys.stdout
+    for index, handle in enumerate(sweep.handles):
+        try:
+            lines = runner.log_lines(
+                handle, role, replica, regex=args.regex, tail=args.tail, since=since, rank=args.rank
+            )
+            for line in lines:
+                out.write((line.text if args.raw else f"point {index}|{line.format()}") + "\n")
+        except (AppNotFound, UsageError) as e:  # a point not started yet, or forgotten
+            if not args.raw:
+                out.write(f"point {index}| (no log: {e})\n")
     return 0

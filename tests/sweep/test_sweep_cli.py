@@ -149,12 +149,14 @@ def test_bad_sweeps_are_one_line_and_submit_nothing(
     assert not (state_dir / "sweeps").exists()
 
 
-def test_a_sweeps_log_and_rerun_need_a_point_or_failed(state_dir: Path, tmp_path: Path) -> None:
+def test_a_sweeps_log_and_rerun(state_dir: Path, tmp_path: Path) -> None:
     proc = cli("run", "--wait", "--sweep", "n=1", "utils.sh", "--", "echo {{n}}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     handle = proc.stdout.split()[0]
     log = cli("log", handle, cwd=tmp_path)
-    assert log.returncode == 2 and "is a sweep" in log.stderr
+    assert log.returncode == 0 and log.stdout == "point 0|sh/0| 1\n", log
+    follow = cli("log", "-f", handle, cwd=tmp_path)
+    assert follow.returncode == 2 and "is a sweep: follow one point" in follow.stderr
     rerun = cli("rerun", handle, cwd=tmp_path)
     assert rerun.returncode == 2 and "--failed" in rerun.stderr
     nothing = cli("rerun", "--failed", handle, cwd=tmp_path)
