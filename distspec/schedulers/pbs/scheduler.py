@@ -14,6 +14,17 @@ Files (``job_dir``, absolute; default ``<state dir>/pbs``)::
     <job_dir>/<app_id>/exit             the batch script's exit code
     <job_dir>/<app_id>/signal           present when the script was terminated (qdel)
 
+An array job (a sweep's points, :meth:`PbsScheduler.compile_array`) adds::
+
+    <job_dir>/<app_id>.points           one line of values per subjob
+    <job_dir>/<app_id>_<k>/...          subjob k's job folder, as above, and its
+    <job_dir>/<app_id>_<k>.out          own output (the array's -o file gets only
+                                        what the script prints before it knows k)
+
+A subjob's id is the array's with its index, ``1234[7].server`` (Slurm's PBS
+wrappers, which print the array's number alone: ``1234[7]``); describe, log,
+cancel and job_paths take it, from the array's one record.
+
 Launchers rarely return every task's exit code (pbsdsh does not; Slurm's
 ``mpiexec`` wrapper always exits 0), and neither Torque's ``qstat -f`` before the
 end nor Slurm's PBS wrappers report an exit status, so the ``.exit`` files decide
@@ -25,32 +36,36 @@ job folder when PBS has forgotten the job.
 from __future__ import annotations
 
 from distspec.errors import SchedulerError, UsageError
-from distspec.frozen import FrozenDict
+from distspec.frozen import FrozenDict, replace
 from distspec.schedulers.api import AppSummary, Capabilities
 from distspec.schedulers.batch.folder import parse_int, read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord, write_private
 from distspec.schedulers.environment import submit_env
 from distspec.schedulers.pbs.options import NAME, PbsOptions
-from distspec.schedulers.pbs.script import compile_script
+from distspec.schedulers.pbs.script import DEPENDENCY_KINDS, compile_script
 from distspec.schedulers.pbs.status import (
     FINISHED,
     PBS_STATES,
     STATE_WORDS,
     JobInfo,
+    array_of,
     finished,
     is_job_id,
     job_info,
+    job_infos,
     job_number,
     parse_qstat,
     replica_status,
+    subjob_id,
 )
 from distspec.specs.state import AppState, AppStatus, RoleStatus
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
-    from distspec.schedulers.api import Request
+    from distspec.schedulers.api import Dependency, Points, Request
     from distspec.specs.app import AppDef
 
 __all__ = ["PbsScheduler"]
@@ -68,6 +83,8 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         shared_files=True,
         image="directory",
         snapshot_default=True,
+        dependencies=True,
+        arrays=True,
     )
     max_poll_interval = 1.0
     label = "PBS"
@@ -80,8 +97,26 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
 
     # -- pure ------------------------------------------------------------------
 
-    def _script(self, app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) -> str:
-        return compile_script(app, opts, app_id=app_id, job_dir=job_dir)
+    def _script(
+        self,
+        app: AppDef,
+        opts: PbsOptions,
+        *,
+        app_id: str,
+        job_dir: str,
+        after: tuple[Dependency, ...] = (),
+        points: Points | None = None,
+    ) -> str:
+        return compile_script(app, opts, app_id=app_id, job_dir=job_dir, after=after, points=points)
+
+    def point_id(self, array_id: str, request: Request, index: int) -> str:
+        """Subjob ``index - points.first`` of the array job ``array_id`` (what qsub
+        printed): ``1234[].server`` gives ``1234[7].server``; Slurm's PBS wrappers'
+        ``1234`` gives ``1234[7]``."""
+        points = request.points
+        if points is None or not 0 <= index - points.first < len(points.values):
+            raise ValueError(f"point {index} is not in the array request {request.app_id}")
+        return subjob_id(array_id, index - points.first)
 
     def _submit_argv(self, main: str, *, app_id: str, job_dir: str) -> tuple[str, ...]:
         # An explicit -o and -j oe: Slurm's qsub wrapper ignores #PBS -o and, without
@@ -120,25 +155,154 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
 
     def _check_id(self, app_id: str) -> str:
         if not is_job_id(app_id):
-            raise UsageError(f"pbs app ids are job ids such as 1234 or 1234.server, got {app_id!r}")
+            raise UsageError(
+                "pbs app ids are job ids such as 1234, 1234.server or 1234[7].server (a "
+                f"subjob), got {app_id!r}"
+            )
         return app_id
+
+    # records: an array job has one, its subjobs share it -----------------------
+
+    def _save_record(self, request: Request, job_id: str, folder: str) -> None:
+        """The record, with the jobs it waits for (``after``): a job PBS deleted because
+        they ended the wrong way is then described as such."""
+        super()._save_record(request, job_id, folder)
+        records = self._records()
+        if request.after and records is not None:
+            import json
+
+            path = records / f"{job_id}.json"
+            data = json.loads(path.read_text())
+            data["after"] = [[dep.app_id, dep.condition] for dep in request.after]
+            write_private(path, json.dumps(data))
+
+    def _array_record(self, array_id: str) -> JobRecord | None:
+        """The record of the array job ``array_id`` (``1234[].server``), kept under the
+        id qsub printed: that one, or the number alone (Slurm's PBS wrappers)."""
+        return super()._record(array_id) or super()._record(array_id.replace("[]", "", 1))
+
+    def _record(self, job_id: str) -> JobRecord | None:
+        """The job's record; a subjob's comes from its array job's: its folder is the
+        array's + ``_<index>``."""
+        parts = array_of(job_id)
+        if parts is None:
+            return super()._record(job_id)
+        record = self._array_record(parts[0])
+        if record is None:
+            return None
+        return JobRecord(
+            job_id=job_id,
+            app_id=record.app_id,
+            app=record.app,
+            folder=f"{record.folder}_{parts[1]}",
+            roles=record.roles,
+        )
+
+    def _times(self, job_id: str, folder: str | None, *, ended: bool) -> dict[str, str]:
+        # A subjob was submitted with its array job.
+        parts = array_of(job_id)
+        if parts is None:
+            return super()._times(job_id, folder, ended=ended)
+        record = self._array_record(parts[0])
+        return {} if record is None else super()._times(record.job_id, folder, ended=ended)
+
+    def _after(self, job_id: str) -> list[str]:
+        """``afterok:1234.server`` ... for each job the job's record says it waited for."""
+        import json
+
+        records = self._records()
+        if records is None:
+            return []
+        try:
+            data = json.loads((records / f"{job_id}.json").read_text())
+            after = data.get("after", ())
+            return [f"{DEPENDENCY_KINDS.get(kind, kind)}:{job}" for job, kind in after]
+        except (OSError, ValueError, TypeError):
+            return []
 
     # describe ------------------------------------------------------------------
 
-    def _query(self, job_id: str) -> JobInfo | None:
-        """``qstat -f``; for a job PBS Pro has moved to its history, ``qstat -x -f``.
+    def _qstat(self, job_id: str, *, each: bool = False) -> str | None:
+        """What ``qstat -f`` prints about ``job_id`` (with ``each``, ``-t``: an array
+        job's subjobs too); for a job PBS Pro has moved to its history, ``qstat -x -f``.
         None when the server does not know the job (any more)."""
-        argv = ["qstat", "-f", job_id]
-        result = self._run(argv, "qstat", ok=False)
+        flags = ["-f", *(["-t"] if each else [])]
+        result = self._run(["qstat", *flags, job_id], "qstat", ok=False)
         if result.returncode != 0 and "has finished" in result.stderr:
-            argv = ["qstat", "-x", "-f", job_id]
-            result = self._run(argv, "qstat -x", ok=False)
+            result = self._run(["qstat", "-x", *flags, job_id], "qstat -x", ok=False)
         if result.returncode != 0:
             # PBS Pro and Torque: "Unknown Job Id" (rc 153); Slurm's wrapper: rc 153, silent.
             if result.returncode == 153 or "unknown job" in result.stderr.lower():
                 return None
             raise self._failed("qstat", result, stderr=result.stderr)
-        return job_info(result.stdout, job_id)
+        return result.stdout
+
+    def _query(self, job_id: str) -> JobInfo | None:
+        """``qstat -f`` (see :meth:`_qstat`). None when the server does not know the job
+        (any more).
+
+        A subjob that the server does not list (Slurm's PBS wrappers know each by a
+        job number of its own) is asked for by the number its job folder recorded
+        (``jobid``); before it started (no such file) it is queued while its array
+        job is."""
+        text = self._qstat(job_id)
+        info = None if text is None else job_info(text, job_id)
+        parts = array_of(job_id)
+        if parts is None:
+            return info
+        if info is not None:
+            return _subjob_info(info, parts[1])
+        array = self._array_record(parts[0])
+        if array is None or "[]" in array.job_id:
+            return None  # a PBS that names subjobs has forgotten this one
+        from pathlib import Path
+
+        try:
+            alias = (Path(f"{array.folder}_{parts[1]}") / "jobid").read_text().strip()
+        except OSError:
+            alias = ""
+        if alias:
+            text = self._qstat(alias) if is_job_id(alias) else None
+            info = None if text is None else job_info(text, alias)
+            return None if info is None else replace(info, alias=alias)
+        text = self._qstat(array.job_id)
+        whole = None if text is None else job_info(text, array.job_id)
+        if whole is None or whole.state in FINISHED:
+            return None
+        word = STATE_WORDS.get(whole.state, whole.state)
+        return JobInfo(
+            state="Q",
+            name=whole.name,
+            comment=f"not started; its array job {array.job_id} is {word}",
+            listed=False,
+        )
+
+    def describe_many(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
+        """:meth:`describe` of each id; the subjobs of one array job (two or more) come
+        from one ``qstat -f -t`` of the array, which lists every subjob (PBS Pro,
+        OpenPBS, Torque), and its one record. Slurm's PBS wrappers list no subjobs:
+        there each is asked for alone."""
+        arrays: dict[str, list[tuple[str, int]]] = {}
+        for app_id in app_ids:
+            parts = array_of(self._check_id(app_id))
+            if parts is not None:
+                arrays.setdefault(parts[0], []).append((app_id, parts[1]))
+        out: dict[str, AppStatus | None] = {}
+        for array_id, members in arrays.items():
+            record = self._array_record(array_id)
+            if len(members) < 2 or (record is not None and "[]" not in record.job_id):
+                continue
+            text = self._qstat(array_id, each=True)
+            infos: dict[int, JobInfo] = {}
+            for job_id, info in (job_infos(text) if text else {}).items():
+                parts = array_of(job_id)
+                if parts is not None:
+                    infos[parts[1]] = _subjob_info(info, parts[1])
+            for job_id, index in members:
+                out[job_id] = self._describe(job_id, self._record(job_id), infos.get(index))
+        return {
+            app_id: out[app_id] if app_id in out else self.describe(app_id) for app_id in app_ids
+        }
 
     def _reported_folder(self, info: JobInfo) -> Path | None:
         from pathlib import Path
@@ -157,8 +321,7 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         self, job_id: str, record: JobRecord | None, info: JobInfo | None, folder: Path | None
     ) -> AppStatus:
         files = read_job_folder(folder)
-        marker = self._cancelled_marker(job_id)
-        cancelled = marker is not None and marker.exists()
+        cancelled = self._was_cancelled(job_id)
         if record is not None:
             roles = list(record.roles)
         else:
@@ -177,6 +340,16 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
                     "ended, but its job folder is unknown (not submitted from this state "
                     "dir, and PBS names no output path), so its outcome is too"
                 )
+            elif record is not None and record.points and array_of(job_id) is None:
+                state, msg = self._array_end(record, cancelled)
+            elif state is AppState.CANCELLED and not cancelled and not files:
+                after = self._after(job_id)
+                if after:
+                    # PBS deletes a job whose dependency can no longer be met.
+                    msg = (
+                        f"deleted before it started: it waited for {','.join(after)}, "
+                        "which can no longer be met (or it was deleted by hand)"
+                    )
             if info is None:
                 msg = f"PBS no longer lists job {job_id}; {msg}"
         else:
@@ -196,19 +369,53 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
             role_status.append(RoleStatus(role=role, replicas=replicas))
         return AppStatus(state=state, msg=msg, num_restarts=restarts, roles=tuple(role_status))
 
+    def _was_cancelled(self, job_id: str) -> bool:
+        """Whether ``cancel`` deleted the job (or, for a subjob, its whole array)."""
+        ids = [job_id]
+        parts = array_of(job_id)
+        if parts is not None:
+            record = self._array_record(parts[0])
+            ids.append(record.job_id if record is not None else parts[0])
+        markers = [self._cancelled_marker(i) for i in ids]
+        return any(marker is not None and marker.exists() for marker in markers)
+
+    def _array_end(self, record: JobRecord, cancelled: bool) -> tuple[AppState, str]:
+        """How an array job that ended went, from its subjobs' job folders: succeeded
+        when every point did, else failed (or cancelled) with the count."""
+        states = [
+            finished(None, read_job_folder(f"{record.folder}_{k}"), cancelled)[0]
+            for k in range(record.points)
+        ]
+        failed = states.count(AppState.FAILED)
+        stopped = len(states) - failed - states.count(AppState.SUCCEEDED)
+        if failed:
+            return AppState.FAILED, f"{failed} of {len(states)} subjobs failed"
+        if stopped:
+            return AppState.CANCELLED, f"{stopped} of {len(states)} subjobs did not finish"
+        return AppState.SUCCEEDED, "finished"
+
     # cancel, list ----------------------------------------------------------------
 
     def cancel(self, app_id: str) -> None:
-        """``qdel``; a job that already ended (or that PBS forgot) is left alone."""
+        """``qdel``; a job that already ended (or that PBS forgot) is left alone. An
+        array job's id (``1234[].server``) deletes every subjob; a subjob's, that one."""
         job_id = self._check_id(app_id)
         info = self._query(job_id)
         if info is None or info.state in FINISHED:
             return
+        if not info.listed:
+            parts = array_of(job_id)
+            raise SchedulerError(
+                f"cannot cancel {job_id} before it starts: this PBS (Slurm's PBS wrappers) "
+                f"names no subjob; cancel the whole array job {parts[0] if parts else job_id}",
+                scheduler=NAME,
+            )
         marker = self._cancelled_marker(job_id)
         if marker is not None:
             marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_private(marker, "qdel\n")
-        result = self._run(["qdel", job_id], "qdel", ok=False)
+        # A subjob that Slurm's PBS wrappers know by its own job number: qdel that.
+        result = self._run(["qdel", info.alias or job_id], "qdel", ok=False)
         if result.returncode == 0:
             return
         # PBS Pro: "Job has finished" (rc 35), Torque: "Unknown Job Id" (rc 153), Slurm's
@@ -241,10 +448,11 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
                 # The table has no exit status: what the job folder recorded decides.
                 if record is None:
                     state = AppState.UNKNOWN
+                elif record.points and array_of(job_id) is None:
+                    state = self._array_end(record, self._was_cancelled(job_id))[0]
                 else:
-                    marker = self._cancelled_marker(job_id)
                     files = read_job_folder(record.folder)
-                    state = finished(None, files, marker is not None and marker.exists())[0]
+                    state = finished(None, files, self._was_cancelled(job_id))[0]
             else:
                 state = PBS_STATES.get(letter, AppState.UNKNOWN)
             out.append(
@@ -257,3 +465,13 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
                 )
             )
         return sorted(out, key=lambda a: job_number(a.app_id), reverse=True)
+
+
+def _subjob_info(info: JobInfo, index: int) -> JobInfo:
+    """A subjob's :class:`JobInfo`, its output path its own (the server reports the
+    array's, ``<job_dir>/<app_id>.out``; the subjob writes ``<app_id>_<index>.out``), so
+    that its job folder is found without a record."""
+    path = info.output_path
+    if not path.endswith(".out") or path.endswith(f"_{index}.out"):
+        return info
+    return replace(info, output_path=f"{path.removesuffix('.out')}_{index}.out")

@@ -12,6 +12,11 @@ id from its argument (pbsdsh) or from the MPI launcher's rank variable (mpiexec)
 The script's size does not depend on the node count. The job folder it writes is
 described in :mod:`distspec.schedulers.batch`.
 
+``run --after`` becomes ``#PBS -W depend=afterok:ID,...``. A sweep's points run as
+one array job (``#PBS -J 0-N`` on PBS Pro and OpenPBS, ``#PBS -t 0-N`` on Torque, each
+with ``%K`` for ``--max-parallel K``): subjob k reads its values from line k + 1 of
+``<job_dir>/<app_id>.points`` and runs in its own job folder ``<app_id>_k``.
+
 Nothing here runs a command or reads the environment.
 """
 
@@ -36,10 +41,20 @@ from distspec.specs.app import AppDef, RetryPolicy, Role
 from distspec.specs.macros import Macro
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
 
-__all__ = ["compile_script", "job_name"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from distspec.schedulers.api import Dependency, Points
+
+__all__ = ["DEPENDENCY_KINDS", "compile_script", "job_name"]
 
 # Compiled on first use (re caches it).
 _RESOURCE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# What -W depend may name: a job or a whole array job (1234[].server), not a subjob.
+_WHOLE_JOB = r"^\d+(\[\])?(\.[A-Za-z0-9_.-]+)?$"
+_SUBJOB = r"^\d+\[\d+\]"
+
+#: ``run --after`` condition -> PBS's dependency type.
+DEPENDENCY_KINDS = {"ok": "afterok", "any": "afterany", "failed": "afternotok"}
 
 
 def _bad(message: str) -> CompileError:
@@ -101,7 +116,80 @@ def _resource_lines(role: Role, opts: PbsOptions) -> list[str]:
     return lines
 
 
-def _directives(app: AppDef, opts: PbsOptions, out_path: str) -> list[str]:
+def _depend(after: Sequence[Dependency], opts: PbsOptions) -> str | None:
+    """The ``-W depend=`` value: ``afterok:12.srv:13.srv,afterany:14.srv`` (each must
+    hold), then the ``depend`` option's own. None without either.
+
+    PBS deletes a job whose dependency can no longer be met (an afterok job that
+    failed, an afternotok one that succeeded): it does not stay queued. A dependency
+    on a whole array job (``1234[].server``) waits for every subjob; Torque spells it
+    ``afterokarray``. A single subjob cannot be waited for (OpenPBS's qsub refuses it).
+    """
+    kinds: dict[str, list[str]] = {}
+    for dep in after:
+        job = dep.app_id
+        if dep.condition not in DEPENDENCY_KINDS:
+            raise _bad(
+                f"--after {job}:{dep.condition}: the condition is one of "
+                f"{', '.join(DEPENDENCY_KINDS)}"
+            )
+        if re.compile(_SUBJOB).match(job):
+            whole = re.sub(r"\[\d+\]", "[]", job, count=1)
+            raise _bad(
+                f"--after {job}: PBS cannot make a job wait for one subjob of an array job; "
+                f"wait for the whole array ({whole})"
+            )
+        if not re.compile(_WHOLE_JOB).fullmatch(job):
+            raise _bad(
+                f"--after {job!r}: a PBS job id is 1234 or 1234.server (an array: 1234[].server)"
+            )
+        kind = DEPENDENCY_KINDS[dep.condition]
+        if "[]" in job and opts.resource_style is ResourceStyle.NODES:
+            kind += "array"  # Torque's dependency on every subjob of an array
+        ids = kinds.setdefault(kind, [])
+        if job not in ids:
+            ids.append(job)
+    parts = [":".join([kind, *ids]) for kind, ids in kinds.items()]
+    if opts.depend:
+        parts.append(opts.depend)
+    return ",".join(parts) or None
+
+
+def _array_directives(points: Points, opts: PbsOptions) -> list[str]:
+    """``#PBS -J 0-(n-1)`` (PBS Pro, OpenPBS) or ``#PBS -t 0-(n-1)`` (Torque), with
+    ``%K`` for at most K subjobs at once (OpenPBS sets ``max_run_subjobs`` from it; Slurm's
+    sbatch reads both lines as ``--array``)."""
+    n = len(points.values)
+    if points.max_parallel is not None and points.max_parallel < 1:
+        raise _bad(f"max_parallel={points.max_parallel}: expected a positive number")
+    limit = f"%{points.max_parallel}" if points.max_parallel else ""
+    if opts.resource_style is ResourceStyle.NODES:
+        return [f"#PBS -t {'0' if n == 1 else f'0-{n - 1}'}{limit}"]
+    for flag in opts.qsub_args:
+        if re.compile(r"^-r\s*n").match(flag):
+            raise _bad(
+                "qsub_args: -r n: PBS array jobs are always rerunnable (qsub refuses -J with it)"
+            )
+    if n == 1:
+        # PBS Pro wants a range X-Y with X < Y: 0-1:2 is index 0 alone.
+        return [f"#PBS -J 0-1:2{limit}"]
+    return [f"#PBS -J 0-{n - 1}{limit}"]
+
+
+_INVALID_DEP = [
+    "# Slurm's PBS wrappers (sbatch reads the #PBS lines) would keep a job whose dependency can",
+    "# no longer be met pending forever, where PBS deletes it; to PBS this line is a comment.",
+    "#SBATCH --kill-on-invalid-dep=yes",
+]
+
+
+def _directives(
+    app: AppDef,
+    opts: PbsOptions,
+    out_path: str,
+    after: Sequence[Dependency] = (),
+    points: Points | None = None,
+) -> list[str]:
     role = app.roles[0]
     lines = [f"#PBS -N {job_name(app.name, opts.job_name_max)}"]
     if opts.queue:
@@ -118,13 +206,18 @@ def _directives(app: AppDef, opts: PbsOptions, out_path: str) -> list[str]:
         lines.append(f"#PBS -m {opts.mail_events}")
     if opts.mail_user:
         lines.append(f"#PBS -M {opts.mail_user}")
-    if opts.depend:
-        lines.append(f"#PBS -W depend={opts.depend}")
+    depend = _depend(after, opts)
+    if depend:
+        lines.append(f"#PBS -W depend={depend}")
+    if points is not None:
+        lines += _array_directives(points, opts)
     lines += qsub_args_directives(opts.qsub_args)
-    return lines
+    return lines + (_INVALID_DEP if depend else [])
 
 
-def _macro_values(role: Role) -> MacroValues:
+def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
+    # A subjob's id starts with its array's number: its point's index tells them apart.
+    own = " + DISTSPEC_SWEEP_INDEX" if points is not None else ""
     return {
         Macro.APP_ID: ShellExpr("$DISTSPEC_APP_ID"),
         Macro.REPLICA_ID: ShellExpr("$DISTSPEC_REPLICA_ID"),
@@ -132,9 +225,12 @@ def _macro_values(role: Role) -> MacroValues:
         Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
         # The job's own port (job_rdzv_port): the number that PBS_JOBID starts with.
         Macro.RDZV_PORT: ShellExpr(
-            f"$(({DEFAULT_RDZV_PORT} + 10#0${{DISTSPEC_APP_ID%%[!0-9]*}} % {RDZV_PORT_SPAN}))"
+            f"$(({DEFAULT_RDZV_PORT} + (10#0${{DISTSPEC_APP_ID%%[!0-9]*}}{own}) % {RDZV_PORT_SPAN}))"
+            if points is not None
+            else f"$(({DEFAULT_RDZV_PORT} + 10#0${{DISTSPEC_APP_ID%%[!0-9]*}} % {RDZV_PORT_SPAN}))"
         ),
         Macro.IMG_ROOT: role.image if role.image else ShellExpr("$DISTSPEC_WORKDIR"),
+        **batch.sweep_values(points),
     }
 
 
@@ -216,8 +312,74 @@ def _heredoc_end(lines: Sequence[str]) -> str:
     return end
 
 
+def _check_points(role: Role, points: Points) -> None:
+    """Raise CompileError unless each ``{{name}}`` the role uses is a sweep variable
+    with a name the shell can hold, and its image (the directory it runs in, one for
+    the whole array job) uses none."""
+    from distspec.specs import placeholders
+
+    for name in points.names:
+        if not re.compile(_RESOURCE).fullmatch(name):
+            raise _bad(f"sweep variable {name!r} is not a valid name")
+    used: set[str] = set()
+    for text in (role.entrypoint, *role.args, *role.env.values()):
+        used |= placeholders.find(text)
+    unknown = sorted(used - set(points.names))
+    if unknown:
+        raise _bad(
+            f"role {role.name!r} uses {{{{{unknown[0]}}}}}, which is not a sweep variable "
+            f"({', '.join(points.names) or 'there are none'})"
+        )
+    if role.image and placeholders.find(role.image):
+        raise _bad(
+            f"role {role.name!r}: --image {role.image!r}: the directory a PBS array job runs "
+            "in is the same for every point"
+        )
+
+
+def _sweep_names(points: Points | None) -> list[str]:
+    """The environment variables an array job's point sets (none without points)."""
+    if points is None:
+        return []
+    return [f"{batch.SWEEP_PREFIX}INDEX", *(f"{batch.SWEEP_PREFIX}{n}" for n in points.names)]
+
+
+def _array_head(points: Points, opts: PbsOptions, *, app_id: str, folder: str) -> list[str]:
+    """An array job's first lines: its subjob's index (``distspec_index``), the point's
+    values exported (``DISTSPEC_SWEEP_*``, from the points file beside the script), the
+    subjob's id (``distspec_id``) and its own job folder, ``<folder>_<index>``."""
+    if opts.resource_style is ResourceStyle.NODES:
+        index = "${PBS_ARRAYID:-${PBS_ARRAY_INDEX:-}}  # Slurm's PBS wrappers set the latter"
+    else:
+        index = "$PBS_ARRAY_INDEX"
+    return [
+        f"# An array job of {len(points.values)} sweep points: subjob k runs point {points.first} + k",
+        f"# with the values on line k + 1 of {app_id}.points (beside this script),",
+        f"# in its own job folder {app_id}_k.",
+        f"distspec_index={index}",
+        *batch.point_exports(f"{folder}.points", "distspec_index"),
+        "# The subjob's id (1234[k].server); Slurm's PBS wrappers give each its own job number.",
+        'distspec_id=$PBS_JOBID; [[ $distspec_id == *"["* ]] || distspec_id="${PBS_ARRAY_ID:-$PBS_JOBID}[$distspec_index]"',
+        "export DISTSPEC_JOB_DIR=" + shell_word(f"{folder}_", {}) + '"$distspec_index"',
+    ]
+
+
+#: After an array job's folder is made: the id the server knows the subjob by (Slurm's
+#: PBS wrappers: its own job number, for describe and cancel), and its own output file.
+_ARRAY_OUTPUT = [
+    'echo "$PBS_JOBID" > "$DISTSPEC_JOB_DIR/jobid"',
+    "exec >> \"$DISTSPEC_JOB_DIR.out\" 2>&1  # this subjob's output (qsub's -o file is the array's)",
+]
+
+
 def _plain_script(
-    role: Role, opts: PbsOptions, *, app_id: str, folder: str, out_path: str
+    role: Role,
+    opts: PbsOptions,
+    *,
+    app_id: str,
+    folder: str,
+    out_path: str,
+    points: Points | None = None,
 ) -> list[str]:
     """The script after the #PBS lines for one role without retries, written as a
     person would. One node runs the command itself; several run ``task.sh`` on each
@@ -227,7 +389,8 @@ def _plain_script(
     node ends the job promptly whatever the launcher does on a failure."""
     n = role.num_replicas
     name = role.name  # NAME_CHARS only: a plain word in the shell
-    values = _macro_values(role)
+    values = _macro_values(role, points)
+    job_id = "$PBS_JOBID" if points is None else "$distspec_id"
     env = batch.env_exports(role, values)
     command = shell_join([role.entrypoint, *role.args], values)
     unbuffered = " PYTHONUNBUFFERED=1" if opts.unbuffered else ""
@@ -237,8 +400,13 @@ def _plain_script(
         f"#   qsub -j oe -o {out_path} {app_id}.pbs",
         f"# Role {name} on {n} host(s), {launched}: replica i logs to {name}-i.log in the job",
         "# folder, with its host and exit code (.host, .exit); exit and signal: the script's end.",
-        "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
+        *(
+            ["export DISTSPEC_JOB_DIR=" + shell_word(folder, {})]
+            if points is None
+            else _array_head(points, opts, app_id=app_id, folder=folder)
+        ),
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start} || exit 1',
+        *(_ARRAY_OUTPUT if points is not None else []),
         "trap 'echo TERM > \"$DISTSPEC_JOB_DIR/signal\"; exit 143' TERM",
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
         'echo "$code" > "$DISTSPEC_JOB_DIR/exit"\' EXIT',
@@ -252,7 +420,7 @@ def _plain_script(
         log = f'"$DISTSPEC_JOB_DIR/{name}-0'
         return [
             *out,
-            f'export DISTSPEC_APP_ID="$PBS_JOBID" DISTSPEC_REPLICA_ID=0 DISTSPEC_RANK0_HOST={host}',
+            f'export DISTSPEC_APP_ID="{job_id}" DISTSPEC_REPLICA_ID=0 DISTSPEC_RANK0_HOST={host}',
             f'export DISTSPEC_WORKDIR="$PWD"{unbuffered}',
             batch.START.replace('"$base.log" > "$base.start"', f'{log}.log" > {log}.start"'),
             f'hostname > {log}.host"',
@@ -274,7 +442,11 @@ def _plain_script(
     )
     task = [
         "export DISTSPEC_APP_ID=$1 DISTSPEC_RANK0_HOST=$2 DISTSPEC_WORKDIR=$3" + unbuffered,
-        f"export DISTSPEC_JOB_DIR={shell_word(folder, {})} DISTSPEC_REPLICA_ID={rank}",
+        (
+            f"export DISTSPEC_JOB_DIR={shell_word(folder, {})} DISTSPEC_REPLICA_ID={rank}"
+            if points is None
+            else f"export DISTSPEC_REPLICA_ID={rank}"
+        ),
         f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID; {batch.STAY}",
         batch.START,
         'hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1',
@@ -299,11 +471,17 @@ def _plain_script(
         ),
         f'(( ${{#hosts[@]}} >= {n} )) || {{ echo "distspec: {n} hosts needed, PBS gave '
         f'${{#hosts[@]}}: ${{hosts[*]}}{hint}" >&2; exit 1; }}',
-        f"cat > \"$DISTSPEC_JOB_DIR/task.sh\" << '{end}'  # run on each host: APP_ID RANK0_HOST WORKDIR"
+        (
+            "cat"
+            if points is None
+            # The job folder and the point's values first, as this script has them.
+            else "{ " + _printf_exports(["DISTSPEC_JOB_DIR", *_sweep_names(points)]) + "; cat; }"
+        )
+        + f" > \"$DISTSPEC_JOB_DIR/task.sh\" << '{end}'  # run on each host: APP_ID RANK0_HOST WORKDIR"
         + (" ID" if pbsdsh else ""),
         *task,
         end,
-        f'task=(/bin/bash "$DISTSPEC_JOB_DIR/task.sh" "$PBS_JOBID" {host} "$PWD")',
+        f'task=(/bin/bash "$DISTSPEC_JOB_DIR/task.sh" "{job_id}" {host} "$PWD")',
     ]
     if pbsdsh:
         out.append(
@@ -324,12 +502,37 @@ def _plain_script(
     return out
 
 
-def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) -> str:
-    """The qsub script for ``app``: pure text, the same for the same inputs."""
+def _printf_exports(names: Sequence[str]) -> str:
+    """A printf that writes ``export NAME=value`` for each of ``names``, each value
+    quoted for bash (``%q``) as this shell has it."""
+    pairs = " ".join(f'{name} "${name}"' for name in names)
+    return f"printf 'export %s=%q\\n' {pairs}"
+
+
+def compile_script(
+    app: AppDef,
+    opts: PbsOptions,
+    *,
+    app_id: str,
+    job_dir: str,
+    after: Sequence[Dependency] = (),
+    points: Points | None = None,
+) -> str:
+    """The qsub script for ``app``: pure text, the same for the same inputs.
+
+    ``after``: the jobs it waits for (``#PBS -W depend=``, with the ``depend``
+    option's own). ``points``: an array job (``-J``, Torque ``-t``), whose subjob k
+    runs point ``points.first + k``: its values, exported as ``DISTSPEC_SWEEP_<name>``
+    from line k + 1 of ``<job_dir>/<app_id>.points`` (which submit writes beside the
+    script), fill each ``{{name}}`` in the role's command and env; its job folder is
+    ``<job_dir>/<app_id>_k`` and its output ``<job_dir>/<app_id>_k.out``.
+    """
     check_job_dir(job_dir)
     check_options(opts)
     retries = _retries(app)
     role = app.roles[0]
+    if points is not None:
+        _check_points(role, points)
     n = role.num_replicas
     base = job_dir.rstrip("/") or "/"
     folder = f"{base.rstrip('/')}/{app_id}"
@@ -337,9 +540,11 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
     launcher = "none (one node)" if n == 1 else f"{opts.launcher.value}"
 
     hint = _place_hint(opts)
-    out = ["#!/bin/bash", *_directives(app, opts, out_path)]
+    out = ["#!/bin/bash", *_directives(app, opts, out_path, after, points)]
     if not retries:
-        out += _plain_script(role, opts, app_id=app_id, folder=folder, out_path=out_path)
+        out += _plain_script(
+            role, opts, app_id=app_id, folder=folder, out_path=out_path, points=points
+        )
         return "\n".join(out) + "\n"
     out += [
         f"# Generated by distspec for app {app_id}: role {role.name}, {n} node(s), one",
@@ -348,9 +553,14 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "# (an explicit -o: some qsub front ends override #PBS -o with their own default).",
         "",
         "# Replica i of the role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
-        "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
+        *(
+            ["export DISTSPEC_JOB_DIR=" + shell_word(folder, {})]
+            if points is None
+            else _array_head(points, opts, app_id=app_id, folder=folder)
+        ),
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
-        "export DISTSPEC_APP_ID=$PBS_JOBID",
+        *(_ARRAY_OUTPUT if points is not None else []),
+        f"export DISTSPEC_APP_ID={'$PBS_JOBID' if points is None else '$distspec_id'}",
         "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",
         "export DISTSPEC_WORKDIR="
         + (shell_word(role.image, {}) if role.image else '"${PBS_O_WORKDIR:-$PWD}"'),
@@ -381,7 +591,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         f"export DISTSPEC_RANK0_HOST={host}",
         "",
         "# The role's command, run by every task: $DISTSPEC_REPLICA_ID is the task's own id.",
-        batch.role_function("distspec_role", role, _macro_values(role)),
+        batch.role_function("distspec_role", role, _macro_values(role, points)),
         _task(role, attempts=True),
         "# The task file every host runs (the spooled script is only on this host).",
         'export DISTSPEC_TASK="$DISTSPEC_JOB_DIR/task.sh"',
@@ -390,6 +600,7 @@ def compile_script(app: AppDef, opts: PbsOptions, *, app_id: str, job_dir: str) 
         "  printf 'export %s=%q\\n' DISTSPEC_JOB_DIR \"$DISTSPEC_JOB_DIR\" DISTSPEC_APP_ID "
         '"$DISTSPEC_APP_ID" \\',
         '    DISTSPEC_WORKDIR "$DISTSPEC_WORKDIR" DISTSPEC_RANK0_HOST "$DISTSPEC_RANK0_HOST"',
+        *(["  " + _printf_exports(_sweep_names(points))] if points is not None else []),
         *(["  echo 'export PYTHONUNBUFFERED=1'"] if opts.unbuffered else []),
         "  declare -f distspec_role distspec_task",
         "  echo 'distspec_task \"$@\"'",

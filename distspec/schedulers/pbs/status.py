@@ -26,13 +26,16 @@ __all__ = [
     "PBS_STATES",
     "STATE_WORDS",
     "JobInfo",
+    "array_of",
     "finished",
     "is_job_id",
     "job_info",
+    "job_infos",
     "job_number",
     "parse_qstat",
     "parse_qstat_full",
     "replica_status",
+    "subjob_id",
 ]
 
 
@@ -88,14 +91,37 @@ _EXEC_CODES: Mapping[int, tuple[AppState, str]] = FrozenDict(
 
 # Patterns are compiled on first use (re caches them): a dry run never needs them.
 _JOB_ID = r"^\d+(\[\d*\])?(\.[A-Za-z0-9_.-]+)?$"
+_SUBJOB = r"^(\d+)\[(\d+)\](.*)$"
 _KEY_LINE = r"^\s+([A-Za-z_][A-Za-z0-9_.]*) = ?(.*)$"
 _JOB_LINE = r"^Job Id:\s*(\S+)"
 
 
 def is_job_id(text: str) -> bool:
     """Whether ``text`` has the form of a PBS job id: ``1234``, ``1234.server``,
-    ``1234[].server`` (an array job)."""
+    ``1234[].server`` (an array job), ``1234[7].server`` (its subjob 7)."""
     return re.compile(_JOB_ID).match(text) is not None
+
+
+def array_of(job_id: str) -> tuple[str, int] | None:
+    """``(array job id, index)`` of a subjob id: ``1234[7].server`` → ``("1234[].server",
+    7)``; None for any other id."""
+    match = re.compile(_SUBJOB).match(job_id)
+    if match is None:
+        return None
+    number, index, rest = match.groups()
+    return f"{number}[]{rest}", int(index)
+
+
+def subjob_id(array_id: str, index: int) -> str:
+    """The id of subjob ``index`` of the array job ``array_id``, as qsub printed it:
+    PBS Pro and Torque print ``1234[].server`` (→ ``1234[7].server``); Slurm's PBS
+    wrappers print the array's job number alone, ``1234`` (→ ``1234[7]``)."""
+    if "[]" in array_id:
+        return array_id.replace("[]", f"[{index}]", 1)
+    digits = re.match(r"\d+", array_id)
+    if digits is None or "[" in array_id:
+        raise ValueError(f"{array_id!r} is not the id of a PBS array job")
+    return f"{digits.group(0)}[{index}]{array_id[digits.end() :]}"
 
 
 def parse_qstat_full(text: str) -> dict[str, dict[str, str]]:
@@ -149,6 +175,12 @@ class JobInfo:
     hosts: tuple[str, ...] = ()
     comment: str = ""
     output_path: str = ""
+    #: For a subjob that Slurm's PBS wrappers know by another id (its own job number,
+    #: which the subjob's folder recorded): that id, for qdel. "" otherwise.
+    alias: str = ""
+    #: False for a subjob the server does not list (Slurm's PBS wrappers, before it
+    #: started): its state is then its array job's, and qdel cannot name it.
+    listed: bool = True
 
 
 def job_info(text: str, job_id: str) -> JobInfo | None:
@@ -157,7 +189,16 @@ def job_info(text: str, job_id: str) -> JobInfo | None:
     jobs = parse_qstat_full(text)
     if not jobs:
         return None
-    attrs = jobs.get(job_id) or next(iter(jobs.values()))
+    return _job_info(jobs.get(job_id) or next(iter(jobs.values())))
+
+
+def job_infos(text: str) -> dict[str, JobInfo]:
+    """Every job ``qstat -f`` (``text``) printed, by the id it printed (an array job's
+    subjobs too, with ``-t``)."""
+    return {job_id: _job_info(attrs) for job_id, attrs in parse_qstat_full(text).items()}
+
+
+def _job_info(attrs: Mapping[str, str]) -> JobInfo:
     return JobInfo(
         state=attrs.get("job_state", "").strip(),
         name=attrs.get("Job_Name", ""),
