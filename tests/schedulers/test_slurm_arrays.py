@@ -633,3 +633,60 @@ def test_list_shows_each_task_of_an_array(
         ("1200", AppState.SUCCEEDED),
     ]
     assert apps[3].detail == "PENDING (JobArrayTaskLimit)"
+
+
+def test_the_whole_array_sums_up_its_tasks(
+    sched: SlurmScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    req = _submit_array(sched, fake_commands, tmp_path)
+    fake_commands.on("sacct", stdout=SACCT_ARRAY)
+    status = sched.describe("1234")
+    assert status is not None
+    assert status.state is AppState.PENDING  # tasks 2 and 3 wait for their turn
+    assert status.msg == "job array of 4 tasks (1234_0..1234_3): 2 PENDING, 1 SUCCEEDED, 1 FAILED"
+    done = SACCT_ARRAY.replace("1234_[2-3%2]|train|PENDING", "1234_[2-3%2]|train|COMPLETED")
+    fake_commands.on("sacct", stdout=done)
+    status = sched.describe("1234")
+    assert status is not None and status.state is AppState.FAILED
+    # The array has no one folder or log: its tasks each have theirs.
+    assert sched.job_paths("1234") is None and sched.job_paths("1234", req) is None
+    with pytest.raises(UsageError, match="1234_0 .. 1234_3"):
+        sched.log_iter("1234", "trainer", 0)
+
+
+def test_ended_tasks_are_not_asked_about_again(
+    sched: SlurmScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    _submit_array(sched, fake_commands, tmp_path)
+    ids = ["1234_0", "1234_1", "1234_2", "1234_3"]
+    fake_commands.on("sacct", stdout=SACCT_ARRAY)
+    first = sched.describe_many(ids)
+    # A new scheduler (a new `distspec status`): the two that ended come from the state
+    # dir; the query is still made for the two that wait, and its rows for the others
+    # are not read.
+    again = SlurmScheduler(run_cmd=fake_commands, state_dir=tmp_path / "state")
+    fake_commands.on(
+        "sacct", stdout=SACCT_ARRAY.replace("1234_1|train|FAILED", "1234_1|train|RUNNING")
+    )
+    second = again.describe_many(ids)
+    assert second == first
+    done = SACCT_ARRAY.replace("1234_[2-3%2]|train|PENDING", "1234_[2-3%2]|train|COMPLETED")
+    fake_commands.on("sacct", stdout=done)
+    assert [s.state if s else None for s in again.describe_many(ids).values()][2:] == [
+        AppState.SUCCEEDED
+    ] * 2
+    fake_commands.calls.clear()
+    last = SlurmScheduler(run_cmd=fake_commands, state_dir=tmp_path / "state").describe_many(ids)
+    assert fake_commands.calls == []  # every task has ended: nothing to ask
+    assert [s.state if s else None for s in last.values()] == [
+        AppState.SUCCEEDED,
+        AppState.FAILED,
+        AppState.SUCCEEDED,
+        AppState.SUCCEEDED,
+    ]
+    # An array submitted again under the same id (a cluster whose ids restarted) starts
+    # with nothing ended.
+    _submit_array(sched, fake_commands, tmp_path)
+    fake_commands.on("sacct", stdout=SACCT_ARRAY.replace("COMPLETED", "RUNNING"))
+    fresh = sched.describe_many(ids)
+    assert fresh["1234_0"] is not None and fresh["1234_0"].state is AppState.RUNNING

@@ -45,11 +45,11 @@ from distspec.specs.state import AppState, AppStatus, RoleStatus
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
     from typing import Any
 
-    from distspec.schedulers.api import Dependency, Points, Request
+    from distspec.schedulers.api import Dependency, JobPaths, Points, Request
     from distspec.specs.app import AppDef
 
 #: ``max_array_size`` has not asked the cluster yet.
@@ -184,6 +184,10 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         # An array's tasks' folders are this one's name + _<task> (see _record).
         folder = f"{str(script.parent).rstrip('/')}/{request.app.name}-{job_id}"
         self._save_record(request, job_id, folder)
+        ended = self._ended_path(job_id)
+        if ended is not None:
+            # An earlier array of this id (a cluster whose ids started again) ended there.
+            ended.unlink(missing_ok=True)
         return job_id
 
     def _check_id(self, app_id: str) -> str:
@@ -256,11 +260,93 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             return self._reported_folder(JobInfo(components=info.components, stdout=stdout))
         return None if info is None else self._reported_folder(info)
 
+    def describe(self, app_id: str) -> AppStatus | None:
+        """The job's status; an array task's (``1234_7``) as any job's. The id of a
+        whole job array submitted from here (``1234``) gets the tasks' states summed
+        up: running while any task runs or waits, else succeeded when all did, else
+        failed when any did, else cancelled."""
+        job_id = self._check_id(app_id)
+        if "_" not in job_id:
+            record = super()._record(job_id)
+            if record is not None and record.points:
+                return self._describe_array(job_id, record.points)
+        return super().describe(job_id)
+
+    def _describe_array(self, array_id: str, count: int) -> AppStatus:
+        found = self.describe_many([f"{array_id}_{k}" for k in range(count)])
+        states = [s.state if s is not None else AppState.UNKNOWN for s in found.values()]
+        if all(state.is_terminal for state in states):
+            state = (
+                AppState.SUCCEEDED
+                if all(s is AppState.SUCCEEDED for s in states)
+                else AppState.FAILED
+                if AppState.FAILED in states
+                else AppState.CANCELLED
+            )
+        else:
+            waiting = {AppState.PENDING, AppState.SUBMITTED}
+            state = (
+                AppState.RUNNING
+                if AppState.RUNNING in states
+                else AppState.PENDING
+                if waiting & set(states)
+                else AppState.UNKNOWN
+            )
+        counts = {s.value: states.count(s) for s in AppState if s in states}
+        tally = ", ".join(f"{n} {name}" for name, n in counts.items())
+        times = [s for s in found.values() if s is not None]
+        ended = [s.ended for s in times]
+        return AppStatus(
+            state=state,
+            msg=f"job array of {count} tasks ({array_id}_0..{array_id}_{count - 1}): {tally}",
+            submitted=min((s.submitted for s in times if s.submitted), default=None),
+            started=min((s.started for s in times if s.started), default=None),
+            ended=max(e for e in ended if e) if state.is_terminal and all(ended) else None,
+            native_id=array_id,
+        )
+
+    def job_paths(self, app_id: str, request: Request | None = None) -> JobPaths | None:
+        """The job folder and logs of a job or of an array task (``1234_7``); None for a
+        whole job array, whose tasks each have their own."""
+        job_id = self._check_id(app_id)
+        if request is not None and request.points is not None and "_" not in job_id:
+            return None
+        if "_" not in job_id:
+            record = super()._record(job_id)
+            if record is not None and record.points:
+                return None
+        return super().job_paths(job_id, request)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role: str,
+        replica: int,
+        *,
+        since: float | None = None,
+        follow: bool = False,
+    ) -> Iterator[str]:
+        """A replica's log lines (see :class:`BatchScheduler`); a whole job array has
+        none: its tasks (``1234_7``) each have theirs."""
+        job_id = self._check_id(app_id)
+        record = super()._record(job_id) if "_" not in job_id else None
+        if record is not None and record.points:
+            raise UsageError(
+                f"slurm job {job_id} is an array of {record.points} tasks, each with its own "
+                f"logs: name one, {job_id}_0 .. {job_id}_{record.points - 1}"
+            )
+        return super().log_iter(job_id, role, replica, since=since, follow=follow)
+
     def describe_many(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
         """:meth:`describe` of each id, with one query per job array for the tasks
         of the same array (``sacct --jobs ARRAY`` or ``scontrol show job ARRAY`` lists
         every task) and its record read once: a sweep of 1,000 points costs what one
-        job's status does, plus reading each task's job folder."""
+        job's status does, plus reading the job folder of each task that has started.
+
+        The status of a task that has ended is final: for an array submitted from this
+        state dir it is kept beside the array's record (``<id>.ended.json``), so that
+        the next call reads neither its folder nor, once every task asked for has
+        ended, Slurm."""
         arrays: dict[str, list[str]] = {}
         for app_id in app_ids:
             array_id, sep, _ = self._check_id(app_id).partition("_")
@@ -270,20 +356,62 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         for array_id, task_ids in arrays.items():
             if len(task_ids) < 2:
                 continue
-            infos = self._query_array(array_id, task_ids)
             record = super()._record(array_id)
-            for task_id in task_ids:
+            ended = self._ended_statuses(array_id) if record is not None else {}
+            left = [task_id for task_id in task_ids if task_id not in ended]
+            infos = self._query_array(array_id, left) if left else {}
+            new = 0
+            for task_id in left:
                 task_record = _task_record(record, task_id, task_id.partition("_")[2])
-                out[task_id] = self._describe(task_id, task_record, infos.get(task_id))
+                status = self._describe(task_id, task_record, infos.get(task_id))
+                out[task_id] = status
+                if record is not None and status is not None and status.is_terminal:
+                    ended[task_id] = status
+                    new += 1
+            out.update((task_id, ended[task_id]) for task_id in task_ids if task_id in ended)
+            if new:
+                self._save_ended(array_id, ended)
         return {
             app_id: out[app_id] if app_id in out else self.describe(app_id) for app_id in app_ids
         }
+
+    def _ended_path(self, array_id: str) -> Path | None:
+        records = self._records()
+        return None if records is None else records / f"{array_id}.ended.json"
+
+    def _ended_statuses(self, array_id: str) -> dict[str, AppStatus]:
+        """The statuses of the array's tasks that have ended, as last saved."""
+        import json
+
+        path = self._ended_path(array_id)
+        if path is None:
+            return {}
+        try:
+            data = json.loads(path.read_text())
+            return {task_id: _status_from_dict(d) for task_id, d in data.items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+    def _save_ended(self, array_id: str, ended: Mapping[str, AppStatus]) -> None:
+        import json
+
+        from distspec._files import write_atomic
+
+        path = self._ended_path(array_id)
+        if path is None:
+            return
+        data = {task_id: status.to_dict() for task_id, status in ended.items()}
+        try:
+            write_atomic(str(path), json.dumps(data).encode())
+        except OSError:
+            pass  # only a cache: the next call asks again
 
     def _query_array(self, array_id: str, task_ids: Sequence[str]) -> dict[str, JobInfo]:
         """What Slurm says about the tasks of the job array ``array_id``, by task id:
         sacct with accounting (``--allocations``: no step rows), scontrol without, and
         scontrol too for tasks sacct does not list yet (slurmdbd lags)."""
         infos: dict[str, JobInfo] = {}
+        wanted = set(task_ids)
         if self._accounting is not False:
             argv = [
                 "sacct",
@@ -297,7 +425,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             result = self._run(argv, "sacct", ok=False)
             if result.returncode == 0:
                 self._accounting = True
-                infos = array_infos(result.stdout, "sacct")
+                infos = array_infos(result.stdout, "sacct", wanted)
             elif "accounting storage is disabled" in result.stderr.lower():
                 self._accounting = False
         if all(task_id in infos for task_id in task_ids):
@@ -308,7 +436,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             if "invalid job id" in result.stderr.lower():
                 return infos
             raise self._failed("scontrol show job", result)
-        return {**array_infos(result.stdout, "scontrol"), **infos}
+        return {**array_infos(result.stdout, "scontrol", wanted), **infos}
 
     def _status(
         self, job_id: str, record: JobRecord | None, info: JobInfo | None, folder: Path | None
@@ -430,4 +558,43 @@ def _task_record(record: JobRecord | None, job_id: str, task: str) -> JobRecord 
         app=record.app,
         folder=f"{record.folder}_{task}",
         roles=record.roles,
+    )
+
+
+def _status_from_dict(data: Mapping[str, Any]) -> AppStatus:
+    """An :class:`AppStatus` back from its :meth:`~AppStatus.to_dict`."""
+    from distspec.specs.state import ReplicaStatus
+
+    return AppStatus(
+        state=AppState(data["state"]),
+        msg=data["msg"],
+        num_restarts=data["num_restarts"],
+        roles=tuple(
+            RoleStatus(
+                role=role["role"],
+                command=role["command"],
+                replicas=tuple(
+                    ReplicaStatus(
+                        role=r["role"],
+                        id=r["id"],
+                        state=AppState(r["state"]),
+                        hostname=r["hostname"],
+                        exit_code=r["exit_code"],
+                        reason=r["reason"],
+                        restarts=r["restarts"],
+                        log=r["log"],
+                        started=r["started"],
+                        ended=r["ended"],
+                    )
+                    for r in role["replicas"]
+                ),
+            )
+            for role in data["roles"]
+        ),
+        ui_url=data["ui_url"],
+        submitted=data["submitted"],
+        started=data["started"],
+        ended=data["ended"],
+        location=data["location"],
+        native_id=data["native_id"],
     )

@@ -8,7 +8,7 @@ from it and from the job folder (:mod:`distspec.schedulers.batch.folder`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from distspec.frozen import FrozenDict, frozen
 from distspec.schedulers.api import AppSummary
@@ -304,11 +304,14 @@ def parse_scontrol(text: str) -> JobInfo | None:
     )
 
 
-def array_infos(text: str, source: str) -> dict[str, JobInfo]:
+def array_infos(
+    text: str, source: str, wanted: Collection[str] | None = None
+) -> dict[str, JobInfo]:
     """Each array task's :class:`JobInfo` from one query of the whole array, by task id
     (``1234_7``): ``sacct --allocations`` (``source="sacct"``; the format of
     :func:`parse_sacct`) or ``scontrol show job -o`` (``source="scontrol"``). The
-    tasks that have not started yet are one row (see :func:`expand_array_ids`)."""
+    tasks that have not started yet are one row (see :func:`expand_array_ids`).
+    ``wanted``: only these tasks (the others' rows are not parsed)."""
     own: dict[str, str] = {}  # a task's own row
     pending: dict[str, str] = {}  # the row of the pending range that holds the task
     for line in text.splitlines():
@@ -332,6 +335,8 @@ def array_infos(text: str, source: str) -> dict[str, JobInfo]:
     out = {}
     parsed: dict[str, JobInfo | None] = {}  # a pending range's row is parsed once
     for task_id, line in {**pending, **own}.items():
+        if wanted is not None and task_id not in wanted:
+            continue
         if line not in parsed:
             parsed[line] = parse(line)
         info = parsed[line]
