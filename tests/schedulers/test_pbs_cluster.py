@@ -7,10 +7,17 @@ status, and have no pbsdsh. Their ``mpiexec`` is a wrapper around ``srun``, so t
 multi-node test below runs the ``launcher=mpiexec`` path for real, with the rank from
 ``SLURM_PROCID`` rather than an MPI's PMI_RANK. The ``pbsdsh`` path is covered only
 by tests/schedulers/test_pbs.py (a fake pbsdsh).
+
+Job arrays and dependencies run for real too: sbatch reads the script's ``#PBS -J``
+and ``#PBS -t`` lines as ``--array`` and ``#PBS -W depend=`` as ``--dependency``, and
+Slurm's spank_pbs plugin sets ``PBS_ARRAY_INDEX`` and ``PBS_ARRAY_ID`` in each task.
+The wrappers name no subjob (``1234[7]``): their qstat and qdel know a task by its own
+job number, which its job folder records.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -24,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from distspec.schedulers.api import Dependency, Points, Request
 from distspec.schedulers.pbs import PbsScheduler
 from distspec.specs import AppDef, AppState, Role
 from tests.schedulers.batch_apps import (
@@ -66,11 +74,20 @@ def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def _run(sched: PbsScheduler, app: AppDef, **opts: str) -> str:
+def _run(sched: PbsScheduler, app: AppDef, after: tuple[Dependency, ...] = (), **opts: str) -> str:
     request = sched.compile(
-        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}"
+        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}", after=after
     )
     return sched.submit(request)
+
+
+def _run_array(
+    sched: PbsScheduler, app: AppDef, points: Points, **opts: str
+) -> tuple[str, Request]:
+    request = sched.compile_array(
+        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}", points=points
+    )
+    return sched.submit(request), request
 
 
 def _bash(name: str, script: str, *args: str, nodes: int = 1) -> AppDef:
@@ -295,3 +312,96 @@ def test_job_dir_folder_script_and_record_are_private(sched: PbsScheduler, state
     modes = private_modes(state_dir, "pbs", status.location)
     assert any(p.endswith(".pbs") for p in modes) and any(p.endswith(".json") for p in modes)
     assert_private(modes)
+
+
+# -- job arrays and dependencies through the wrappers ------------------------------
+
+
+def _folder(sched: PbsScheduler, job: str) -> Path:
+    paths = sched.job_paths(job)
+    assert paths is not None, job
+    return Path(paths.folder)
+
+
+@pytest.mark.parametrize("style", ["select", "nodes"])
+def test_an_array_job_runs_each_point_in_its_own_folder_one_at_a_time(
+    sched: PbsScheduler, style: str
+) -> None:
+    """sbatch reads ``#PBS -J 0-2%1`` (Torque's ``#PBS -t 0-2%1`` too) as
+    ``--array=0-2%1``: one qsub, three points, one at a time; each subjob reads its own
+    line of the points file, runs in its own folder and is described, logged and
+    judged alone (the third fails). The wrappers name no subjob: each is found by the
+    job number its folder recorded."""
+    app = _bash(
+        "sweep",
+        'echo "x=$1 index=$DISTSPEC_SWEEP_INDEX app=$2"; sleep 1; exit $(( $1 == 13 ? 3 : 0 ))',
+        "{{x}}",
+        "${app_id}",
+    )
+    points = Points(names=("x",), values=(("11",), ("12",), ("13",)), first=5, max_parallel=1)
+    array, request = _run_array(sched, app, points, resource_style=style)
+    assert array.isdigit(), array  # the wrappers' qsub prints the array's number alone
+    jobs = [sched.point_id(array, request, i) for i in range(5, 8)]
+    assert jobs == [f"{array}[{k}]" for k in range(3)]
+    statuses = [sched.wait(job, timeout=120) for job in jobs]
+    assert [s.state if s else None for s in statuses] == [
+        AppState.SUCCEEDED,
+        AppState.SUCCEEDED,
+        AppState.FAILED,
+    ], statuses
+    failed = statuses[2].first_failure() if statuses[2] else None
+    assert failed is not None and failed.exit_code == 3
+    for k, job in enumerate(jobs):
+        assert list(sched.log_iter(job, "r", 0)) == [f"x={11 + k} index={5 + k} app={job}"]
+    # %1: each point started after the one before had ended.
+    spans = sorted(
+        (
+            (_folder(sched, job) / "r-0.start").stat().st_mtime,
+            (_folder(sched, job) / "exit").stat().st_mtime,
+        )
+        for job in jobs
+    )
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans)), spans
+    assert len({_folder(sched, job) for job in jobs}) == 3
+
+
+def test_after_waits_for_its_condition_and_a_job_whose_dependency_failed_never_runs(
+    sched: PbsScheduler,
+) -> None:
+    """``#PBS -W depend=`` through sbatch: afterok waits for the other job's end; an
+    afterok on a failed job is cancelled (the script's ``#SBATCH
+    --kill-on-invalid-dep=yes``: the wrappers would leave it pending forever, as PBS
+    would not) and says why; afternotok on the failed job runs."""
+    first = _run(sched, _bash("first", "sleep 2; echo first"))
+    fails = _run(sched, _bash("fails", "exit 4"))
+    then = _run(sched, _bash("then", "echo then"), after=(Dependency(first, "ok"),))
+    never = _run(sched, _bash("never", "echo never"), after=(Dependency(fails, "ok"),))
+    rescue = _run(sched, _bash("rescue", "echo rescue"), after=(Dependency(fails, "failed"),))
+
+    status = sched.wait(then, timeout=120)
+    assert status is not None and status.state is AppState.SUCCEEDED, status
+    started = (_folder(sched, then) / "r-0.start").stat().st_mtime
+    assert started >= (_folder(sched, first) / "exit").stat().st_mtime
+    status = sched.wait(rescue, timeout=120)
+    assert status is not None and status.state is AppState.SUCCEEDED, status
+
+    status = sched.wait(never, timeout=120)
+    assert status is not None and status.state is AppState.CANCELLED, status
+    assert f"it waited for afterok:{fails}, which can no longer be met" in status.msg, status.msg
+    assert not _folder(sched, never).exists()  # it never ran
+
+
+def test_cli_sweep_on_pbs_runs_one_array(state_dir: Path, workdir: Path) -> None:
+    _require_pbs_wrappers()
+    run = _distspec(
+        workdir,
+        "run", "-s", "pbs", "--wait", "--sweep", "x=a,b", "--max-parallel", "1",
+        "utils.sh", "--", "echo value {{x}} of point $DISTSPEC_SWEEP_INDEX",
+        timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    handle = re.search(r"pbs://\S+/sweep-\S+", run.stdout + run.stderr)
+    assert handle, run.stdout + run.stderr
+    logs = _distspec(workdir, "log", handle.group(0), timeout=60)
+    assert logs.returncode == 0, logs.stderr
+    assert "value a of point 0" in logs.stdout and "value b of point 1" in logs.stdout, logs.stdout
