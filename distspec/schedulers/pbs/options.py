@@ -84,7 +84,9 @@ class PbsOptions(SnapshotOptions):
         None, "Which events are mailed (-m): any of a (abort), b (begin), e (end), or n."
     )
     depend: str | None = option(
-        None, "Dependencies (-W depend=), e.g. afterok:1234.server or afterany:12:13."
+        None,
+        "More dependencies in PBS's own syntax (-W depend=, after those of run --after), "
+        "e.g. afterok:1234.server or afterany:12:13.",
     )
     job_name_max: int = option(
         15,
