@@ -548,3 +548,41 @@ def test_a_job_deleted_for_its_dependency_says_so(
     status = sched.describe("20.pbs01")
     assert status is not None and status.state is AppState.CANCELLED
     assert "it waited for afterok:12.pbs01, which can no longer be met" in status.msg
+
+
+# Hand-written: `qstat -B -f` of a PBS Pro server and of a Torque server.
+PBSPRO_SERVER = """\
+Server: pbs01
+    server_state = Active
+    server_host = pbs01.example.org
+    total_jobs = 3
+    default_queue = workq
+    max_array_size = 2000
+    pbs_version = 2022.1.1
+"""
+TORQUE_SERVER = """\
+Server: torque.example.org
+    server_state = Active
+    max_job_array_size = 500
+    pbs_version = 6.1.3
+"""
+
+
+@pytest.mark.parametrize(
+    ("answer", "limit"),
+    [
+        ({"stdout": PBSPRO_SERVER}, 2000),
+        ({"stdout": TORQUE_SERVER}, 500),
+        # Not set (OpenPBS then allows 10,000; qsub has the last word), or no answer.
+        ({"stdout": PBSPRO_SERVER.replace("    max_array_size = 2000\n", "")}, None),
+        ({"returncode": 2, "stderr": "qstat: cannot connect to server\n"}, None),
+    ],
+)
+def test_max_array_size_is_read_once_from_the_server(
+    sched: PbsScheduler, fake_commands: FakeCommands, answer: dict[str, Any], limit: int | None
+) -> None:
+    fake_commands.on("qstat", **answer)
+    opts = sched.parse_options({})
+    assert sched.max_array_size(opts) == limit
+    assert sched.max_array_size(opts) == limit
+    assert fake_commands.calls == [("qstat", "-B", "-f")]

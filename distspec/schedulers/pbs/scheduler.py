@@ -54,6 +54,7 @@ from distspec.schedulers.pbs.status import (
     job_info,
     job_infos,
     job_number,
+    parse_max_array_size,
     parse_qstat,
     replica_status,
     subjob_id,
@@ -64,6 +65,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
+    from typing import Any
 
     from distspec.schedulers.api import Dependency, Points, Request
     from distspec.specs.app import AppDef
@@ -95,6 +97,12 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
     # Slurm's qsub wrapper reports sbatch's errors on stdout.
     errors_on_stdout = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The server's array size limit as max_array_size() read it (None: none known).
+        self._max_array: int | None = None
+        self._max_array_read = False
+
     # -- pure ------------------------------------------------------------------
 
     def _script(
@@ -124,6 +132,22 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         return ("qsub", "-j", "oe", "-o", f"{job_dir.rstrip('/')}/{app_id}.out", main)
 
     # -- effectful -------------------------------------------------------------
+
+    def max_array_size(self, opts: PbsOptions) -> int | None:
+        """The most subjobs one array job may have: the server's ``max_array_size``
+        (PBS Pro, OpenPBS) or ``max_job_array_size`` (Torque), from ``qstat -B -f``,
+        asked once per scheduler object. None when the server shows none (OpenPBS then
+        allows 10,000) or cannot be asked: then nothing is split here, and qsub has
+        the last word."""
+        if not self._max_array_read:
+            self._max_array_read = True
+            try:
+                result = self._run(["qstat", "-B", "-f"], "qstat -B", ok=False)
+            except SchedulerError:  # no qstat here
+                return None
+            if result.returncode == 0:
+                self._max_array = parse_max_array_size(result.stdout)
+        return self._max_array
 
     def submit(self, request: Request) -> str:
         """Write the script into ``job_dir`` and qsub it from the current directory

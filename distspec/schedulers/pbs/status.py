@@ -32,6 +32,7 @@ __all__ = [
     "job_info",
     "job_infos",
     "job_number",
+    "parse_max_array_size",
     "parse_qstat",
     "parse_qstat_full",
     "replica_status",
@@ -219,6 +220,17 @@ def parse_qstat(text: str) -> list[tuple[str, str, str, str]]:
             continue
         rows.append((cols[0], cols[1], cols[2], cols[4]))
     return rows
+
+
+def parse_max_array_size(text: str) -> int | None:
+    """The array size limit in ``qstat -B -f``'s server attributes: ``max_array_size``
+    (PBS Pro, OpenPBS) or ``max_job_array_size`` (Torque); None when neither is set."""
+    for attrs in parse_qstat_full(text.replace("Server: ", "Job Id: ")).values():
+        for key in ("max_array_size", "max_job_array_size"):
+            value = parse_int(attrs.get(key, "").strip())
+            if value is not None and value > 0:
+                return value
+    return None
 
 
 def job_number(job_id: str) -> int:
