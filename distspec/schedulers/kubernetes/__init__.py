@@ -8,7 +8,9 @@ The pure half, AppDef + options -> manifests:
 - :mod:`.names`: the names, labels and annotations derived from an app id;
 - :mod:`.checks`: what the API server or a flavour would refuse, refused at compile time;
 - :mod:`.expansion`: macros as literals or ``$(VAR)`` references;
-- :mod:`.manifest`: the pod template and the Job / JobSet / Volcano Job, as YAML.
+- :mod:`.manifest`: the pod template and the Job / JobSet / Volcano Job, as YAML;
+- :mod:`.array`: a sweep of one-pod points as one Indexed Job and the ConfigMap of its
+  points.
 
 The effectful half:
 

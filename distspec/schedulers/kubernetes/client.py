@@ -204,6 +204,75 @@ class Kube:
         )
         return result
 
+    def create_config_map(
+        self, ns: str, body: dict[str, Any], *, dry_run: bool, what: str
+    ) -> dict[str, Any]:
+        """Create the ConfigMap ``body`` in namespace ``ns`` (with ``dry_run`` the server
+        checks it and stores nothing); the object as created."""
+        result: dict[str, Any] = self._call(
+            lambda: self.core.create_namespaced_config_map(
+                ns, body, dry_run="All" if dry_run else None, _preload_content=False
+            ),
+            f"ConfigMap {body['metadata']['name']} ({what})",
+            read=False,
+        )
+        return result
+
+    def config_map(self, ns: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap ``ns/name``, or None when it does not exist."""
+        try:
+            result: dict[str, Any] = self._call(
+                lambda: self.core.read_namespaced_config_map(name, ns, _preload_content=False),
+                f"ConfigMap {ns}/{name}",
+                read=True,
+            )
+        except SchedulerError as e:
+            if e.returncode == 404:
+                return None
+            raise
+        return result
+
+    def replace_config_map(self, ns: str, body: dict[str, Any]) -> bool:
+        """Write ``body`` over its ConfigMap in ``ns``; False when the server's copy changed
+        since ``body`` was read (its ``resourceVersion``: 409 Conflict), to read again."""
+        name = body["metadata"]["name"]
+        try:
+            self._call(
+                lambda: self.core.replace_namespaced_config_map(
+                    name, ns, body, _preload_content=False
+                ),
+                f"ConfigMap {ns}/{name}",
+                read=False,
+            )
+        except UsageError:  # _api_error's 409
+            return False
+        return True
+
+    def delete_config_map(self, ns: str, name: str, *, missing_ok: bool) -> None:
+        """Delete the ConfigMap ``ns/name``; with ``missing_ok`` a missing one is no error."""
+        try:
+            self._call(
+                lambda: self.core.delete_namespaced_config_map(name, ns, _preload_content=False),
+                f"ConfigMap {ns}/{name}",
+                read=False,
+            )
+        except SchedulerError as e:
+            if not (missing_ok and e.returncode == 404):
+                raise
+
+    def delete_pod(self, ns: str, name: str, *, missing_ok: bool) -> None:
+        """Delete the pod ``ns/name`` (its containers get their grace period); with
+        ``missing_ok`` a missing one is no error."""
+        try:
+            self._call(
+                lambda: self.core.delete_namespaced_pod(name, ns, _preload_content=False),
+                f"pod {ns}/{name}",
+                read=False,
+            )
+        except SchedulerError as e:
+            if not (missing_ok and e.returncode == 404):
+                raise
+
     def get(
         self, gvr: tuple[str, str, str], ns: str, name: str, *, quiet: bool = False
     ) -> dict[str, Any] | None:

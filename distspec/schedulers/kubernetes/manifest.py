@@ -54,7 +54,16 @@ if TYPE_CHECKING:
 
     from distspec.specs.app import AppDef, Role
 
-__all__ = ["FULL_NAME_ANNOTATION", "SHARED_STORE_OFF", "build_manifests", "render_yaml"]
+__all__ = [
+    "FULL_NAME_ANNOTATION",
+    "POINTS_FILE",
+    "POINTS_FILE_ENV",
+    "POINTS_KEY",
+    "SHARED_STORE_OFF",
+    "build_manifests",
+    "render_yaml",
+    "sweep_manifests",
+]
 
 # Exit codes that mean "the command itself is wrong" (usage error, not
 # executable, not found): retrying cannot help, so the job fails at once.
@@ -69,6 +78,13 @@ _INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 #: and the pod annotation that carries it.
 _FULL_NAME_METADATA = "distspec.full_name"
 FULL_NAME_ANNOTATION = "distspec.io/full-name"
+
+#: A sweep's points file: the key of its ConfigMap, where each pod sees it, and the
+#: variable that says where (:func:`sweep_manifests`).
+POINTS_KEY = "points"
+POINTS_FILE = "/etc/distspec-sweep/points"
+POINTS_FILE_ENV = "DISTSPEC_SWEEP_FILE"
+_POINTS_VOLUME = "sweep-points"
 
 
 def render_yaml(docs: list[dict[str, Any]], *, header: str = "") -> str:
@@ -92,6 +108,69 @@ def build_manifests(app: AppDef, opts: KubernetesOptions, *, app_id: str) -> lis
     if opts.flavor is Flavor.JOBSET:
         return [_jobset(app, opts, names, labels)]
     return [_volcano(app, opts, names, labels)]
+
+
+def sweep_manifests(
+    app: AppDef,
+    opts: KubernetesOptions,
+    *,
+    app_id: str,
+    values: Mapping[Macro, str | Runtime],
+    points: str,
+    completions: int,
+    parallelism: int,
+) -> list[dict[str, Any]]:
+    """A sweep of one-pod points (:mod:`.array`): the ConfigMap that holds the points
+    file ``points`` (line ``k + 1`` for point ``k`` of ``completions``), then the Indexed Job whose index ``k`` runs
+    point ``k`` as one pod, with the macro ``values`` the caller gives. The file is
+    mounted in each pod at :data:`POINTS_FILE` (``$DISTSPEC_SWEEP_FILE``).
+
+    A point retries on its own (``backoffLimitPerIndex``: the role's ``max_retries``)
+    and a command error fails its index alone (``FailIndex``), so the other points run
+    on; the Job ends Failed when any index failed. No Service: a one-pod point is its
+    own rank 0. At most ``parallelism`` points run at once.
+
+    Raises:
+        CompileError: the app asks for something the flavour cannot do.
+    """
+    check_app(app, opts)
+    (role,) = app.roles
+    names = Names(k8s_id(app_id))
+    labels = _labels(names, app, opts)
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(names.points, opts, labels),
+        "data": {POINTS_KEY: points},
+    }
+    job_labels = {**labels, ROLE_LABEL: k8s_role(role.name)}
+    if opts.queue:
+        job_labels[KUEUE_LABEL] = opts.queue
+    pod = _pod_template(role, app, names, opts, values, labels, subdomain=None)
+    (container,) = pod["spec"]["containers"]
+    container.setdefault("env", []).append({"name": POINTS_FILE_ENV, "value": POINTS_FILE})
+    container["volumeMounts"].append(
+        {"name": _POINTS_VOLUME, "mountPath": POINTS_FILE.rsplit("/", 1)[0], "readOnly": True}
+    )
+    pod["spec"]["volumes"].append({"name": _POINTS_VOLUME, "configMap": {"name": names.points}})
+    spec = {
+        "completionMode": "Indexed",
+        "completions": completions,
+        "parallelism": parallelism,
+        # Kubernetes >= 1.29 (beta, on by default). No backoffLimit: with a per-index
+        # limit it defaults to no limit on the Job as a whole.
+        "backoffLimitPerIndex": role.max_retries,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": _pod_failure_policy(role, fatal="FailIndex"),
+        "template": pod,
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(names.job(role.name), opts, job_labels),
+        "spec": spec,
+    }
+    return [config_map, job]
 
 
 def _job_flavor(
@@ -311,7 +390,9 @@ def _pod_template(
     return {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": spec}
 
 
-def _pod_failure_policy(role: Role) -> dict[str, Any]:
+def _pod_failure_policy(role: Role, *, fatal: str = "FailJob") -> dict[str, Any]:
+    """Disruptions are not failures; an exit code that says the command itself is wrong
+    ends the Job (``fatal="FailJob"``) or, in a sweep, the point's index (``FailIndex``)."""
     return {
         "rules": [
             # Preemption, eviction, node drain: not the program's fault, and
@@ -321,7 +402,7 @@ def _pod_failure_policy(role: Role) -> dict[str, Any]:
                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
             },
             {
-                "action": "FailJob",
+                "action": fatal,
                 "onExitCodes": {
                     "containerName": k8s_role(role.name),
                     "operator": "In",

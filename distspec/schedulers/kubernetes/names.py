@@ -25,8 +25,10 @@ __all__ = [
     "k8s_id",
     "k8s_role",
     "label_value",
+    "point_id",
     "rest_task",
     "split_app_id",
+    "split_point_id",
 ]
 
 #: The backend's name (the registry's key, the ``scheduler`` of its errors).
@@ -98,6 +100,23 @@ def split_app_id(app_id: str) -> tuple[str | None, str]:
     return (ns or None), k8s_id(rest)
 
 
+def point_id(ns: str, kid: str, index: int) -> str:
+    """``<namespace>:<id>:<index>``: the app id of index ``index`` (a sweep point) of the
+    Indexed Job of the sweep array ``<namespace>:<id>``."""
+    return f"{ns}:{kid}:{index}"
+
+
+def split_point_id(app_id: str) -> tuple[str | None, str, int | None]:
+    """(namespace, k8s id, index) of a sweep point's id (:func:`point_id`); the index is
+    None for any other app id (``namespace:id`` or a bare id)."""
+    ns, sep, rest = app_id.partition(":")
+    kid, sep2, index = rest.rpartition(":")
+    if sep and sep2 and index.isdigit() and index.isascii():
+        return (ns or None), k8s_id(kid), int(index)
+    found_ns, found_id = split_app_id(app_id)
+    return found_ns, found_id, None
+
+
 @frozen(kw_only=False)
 class Names:
     """Every name derived from an app id: deterministic, DNS-1123, within length limits."""
@@ -108,6 +127,11 @@ class Names:
     def service(self) -> str:
         """The headless Service that gives the pods their DNS names: the app id itself."""
         return self.app_id
+
+    @property
+    def points(self) -> str:
+        """The ConfigMap that holds a sweep array's points file."""
+        return f"{self.app_id}-points"
 
     def job(self, role: str) -> str:
         """The batch/v1 Job of ``role`` (flavour job)."""

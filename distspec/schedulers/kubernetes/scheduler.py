@@ -5,7 +5,8 @@ Volcano.
 yaml at module import nor the kubernetes client at all; the effectful half talks to
 the API server through :mod:`.client` and reads status with :mod:`.status`.
 
-App ids the scheduler hands back are ``<namespace>:<k8s id>``.
+App ids the scheduler hands back are ``<namespace>:<k8s id>``; point ``k`` of a sweep
+array (:mod:`.array`) is ``<namespace>:<k8s id>:<k>``.
 """
 
 from __future__ import annotations
@@ -13,20 +14,23 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from distspec.errors import AppNotFound, SchedulerError
+from distspec.errors import AppNotFound, CompileError, SchedulerError
 from distspec.frozen import FrozenDict, replace
 from distspec.schedulers.api import (
     AppSummary,
     Capabilities,
     CommandRunner,
+    Dependency,
     JobPaths,
+    Points,
     Request,
     Scheduler,
     check_capabilities,
     run_command,
 )
+from distspec.schedulers.kubernetes.array import MAX_POINTS, build_array, cancel_line
 from distspec.schedulers.kubernetes.client import (
     GVR,
     JOBS,
@@ -39,20 +43,30 @@ from distspec.schedulers.kubernetes.client import (
     load_client,
     ts_key,
 )
-from distspec.schedulers.kubernetes.manifest import build_manifests, render_yaml
+from distspec.schedulers.kubernetes.manifest import POINTS_KEY, build_manifests, render_yaml
 from distspec.schedulers.kubernetes.names import (
     APP_ID_LABEL,
     APP_NAME_LABEL,
     MANAGED_BY_LABEL,
     NAME,
     ROLE_LABEL,
+    Names,
     k8s_id,
     k8s_role,
+    point_id,
     split_app_id,
+    split_point_id,
 )
 from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
 from distspec.schedulers.kubernetes.snapshot import job_path, require_job_dir, upload, wrap
-from distspec.schedulers.kubernetes.status import app_status, by_replica, parse_time, summary_state
+from distspec.schedulers.kubernetes.status import (
+    app_status,
+    by_replica,
+    in_indexes,
+    parse_time,
+    point_status,
+    summary_state,
+)
 from distspec.specs.macros import Macro
 from distspec.specs.state import AppState, AppStatus
 
@@ -89,6 +103,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         image="container",
         interactive=False,
         prunable=False,
+        # A sweep of one-pod points is one Indexed Job (compile_array refuses others).
+        arrays=True,
     )
     max_poll_interval: ClassVar[float] = 2.0
 
@@ -106,23 +122,101 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
 
     # -- the pure half ---------------------------------------------------------
 
-    def compile(self, app: AppDef, opts: KubernetesOptions, *, app_id: str) -> Request:
+    def compile(
+        self,
+        app: AppDef,
+        opts: KubernetesOptions,
+        *,
+        app_id: str,
+        after: Sequence[Dependency] = (),
+    ) -> Request:
         """The app's manifests for the flavour in ``opts``: one YAML file and the
-        ``kubectl apply`` that would create them (submit creates them through the API)."""
+        ``kubectl apply`` that would create them (submit creates them through the API).
+        Kubernetes has no dependencies between Jobs: ``after`` is refused."""
+        self._refuse_after(after)
         # Elastic roles are judged per flavour by build_manifests, with a better message.
         check_capabilities(app, replace(self.capabilities, elastic=True), self.name)
         docs = build_manifests(app, opts, app_id=app_id)
         wrap(docs, app, opts.job_dir)  # roles that run from a snapshot unpack it first
+        return self._request(app, opts, app_id, docs)
+
+    def compile_array(
+        self,
+        app: AppDef,
+        opts: KubernetesOptions,
+        *,
+        app_id: str,
+        points: Points,
+        after: Sequence[Dependency] = (),
+    ) -> Request:
+        """A sweep whose every point is one pod, as one ConfigMap (the points file) and
+        one Indexed Job: index ``k`` runs point ``points.first + k``, at most
+        ``points.max_parallel`` at once, each ``{{name}}`` read from
+        ``$DISTSPEC_SWEEP_<name>`` (see :mod:`.array`). Its points' ids are
+        :meth:`point_id`.
+
+        Raises:
+            CompileError: flavour jobset/volcano, several roles or several pods per
+                point (a sweep of multi-pod points runs as one Job per point), more than
+                :meth:`max_array_size` points, a points file too big for a ConfigMap
+                (1 MB), or ``after`` (Kubernetes has no dependencies).
+        """
+        self._refuse_after(after)
+        check_capabilities(app, replace(self.capabilities, elastic=True), self.name)
+        docs = build_array(app, opts, app_id=app_id, points=points)
+        wrap(docs, app, opts.job_dir)
+        return self._request(app, opts, app_id, docs, points=points)
+
+    def point_id(self, array_id: str, request: Request, index: int) -> str:
+        """``<namespace>:<id>:<k>``, point ``index`` (sweep-wide) of the array
+        ``array_id``: index ``k = index - points.first`` of its Indexed Job. describe,
+        log (replica 0), cancel and job_paths take it."""
+        points = request.points
+        if points is None or not 0 <= index - points.first < len(points.values):
+            raise ValueError(f"point {index} is not in the array request {request.app_id}")
+        ns, kid = split_app_id(array_id)
+        return point_id(ns or request.options.namespace, kid, index - points.first)
+
+    def max_array_size(self, opts: KubernetesOptions) -> int | None:
+        """100,000: the most indexes the API server allows a Job with a per-index
+        backoff limit (a points file over 1 MB is refused by compile_array first)."""
+        return MAX_POINTS
+
+    def _refuse_after(self, after: Sequence[Dependency]) -> None:
+        if after:
+            raise CompileError(
+                self.name,
+                "Kubernetes cannot hold a Job until another has ended (--after); "
+                "submit it once the other has ended",
+            )
+
+    def _request(
+        self,
+        app: AppDef,
+        opts: KubernetesOptions,
+        app_id: str,
+        docs: list[dict[str, Any]],
+        *,
+        points: Points | None = None,
+    ) -> Request:
+        """One YAML file of ``docs`` and the kubectl command that creates them."""
         kid = k8s_id(app_id)
         ns = opts.namespace
-        if opts.flavor is Flavor.JOB:
+        create = "apply"
+        if points is not None:
+            # kubectl apply keeps a copy of each object in an annotation (256 KiB at
+            # most), too small for a big points file; create keeps none.
+            create = "create"
+            delete = f"kubectl delete -n {ns} job,configmap -l {APP_ID_LABEL}={kid}"
+        elif opts.flavor is Flavor.JOB:
             # kubectl cannot know the Job's uid before creating it, so this file has
             # no ownerReference; submit adds one to the Service (one cascading delete).
             delete = f"kubectl delete -n {ns} job,service -l {APP_ID_LABEL}={kid}"
         else:
             kind = "jobset" if opts.flavor is Flavor.JOBSET else "jobs.batch.volcano.sh"
             delete = f"kubectl delete -n {ns} {kind} {kid}"
-        header = f"# distspec app {kid} ({opts.flavor.value}); delete with: {delete}\n"
+        what = f"sweep array of {len(points.values)} points" if points else opts.flavor.value
+        header = f"# distspec app {kid} ({what}); delete with: {delete}\n"
         fname = f"{kid}.yaml"
         return Request(
             scheduler=self.name,
@@ -130,8 +224,9 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             app_id=kid,
             options=opts,
             files=FrozenDict({fname: render_yaml(docs, header=header)}),
-            argv=("kubectl", "apply", "-f", fname),
+            argv=("kubectl", create, "-f", fname),
             main_file=fname,
+            points=points,
         )
 
     # -- where a job's files are -----------------------------------------------
@@ -139,17 +234,20 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     def job_paths(self, app_id: str, request: Request | None = None) -> JobPaths | None:
         """``<job_dir>/<k8s id>``, an fsspec URL the pods and this machine both reach, when
         the app's options set ``job_dir`` (from ``request`` when given, else from the
-        record submit keeps in the state dir); None without one. The folder holds what
+        record submit keeps in the state dir); None without one. A sweep point's folder
+        is ``<job_dir>/<k8s id>-<k>`` (``request``: its array's). The folder holds what
         the job writes there (a callable's payload and results): a pod's log is the
         API server's (``distspec log``), not a file in it."""
+        ns, kid, index = split_point_id(app_id)
         if request is not None:
             job_dir, kid = request.options.job_dir, request.app_id
         else:
-            ns, kid = split_app_id(app_id)
             job_dir = self._record(ns or "default", kid).get("job_dir")
         if not job_dir:
             return None
-        return JobPaths(folder=f"{str(job_dir).rstrip('/')}/{kid}", log_pattern=None)
+        # A sweep point's ${app_id} is <id>-<k> (.array): its own folder.
+        name = kid if index is None else f"{kid}-{index}"
+        return JobPaths(folder=f"{str(job_dir).rstrip('/')}/{name}", log_pattern=None)
 
     # -- the code snapshot -----------------------------------------------------
 
@@ -201,9 +299,9 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         path.write_text(json.dumps(dict(data), sort_keys=True))
 
     def _locate(self, app_id: str) -> tuple[str, str, dict[str, Any], Kube]:
-        ns, kid = split_app_id(app_id)
-        if ns is None:
-            ns = "default"
+        """(namespace, k8s id, record, client) of an app, or of a sweep point's array."""
+        found, kid, _ = split_point_id(app_id)
+        ns = found or "default"
         record = self._record(ns, kid)
         conn = Conn(record.get("kubeconfig"), record.get("context"))
         return ns, kid, record, self._client(conn)
@@ -251,9 +349,11 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             for job in jobs:
                 created.append(kube.create(JOBS, ns, job, dry_run=dry_run, what=what))
             owner = created[0]["metadata"]
-            for svc in (d for d in docs if d["kind"] == "Service"):
+            for svc in (d for d in docs if d["kind"] in ("Service", "ConfigMap")):
                 svc = json.loads(json.dumps(svc))
-                # The Service goes when the Job goes (garbage collector, one delete).
+                # The Service (a sweep's ConfigMap) goes when the Job goes (garbage
+                # collector, one delete). A pod that starts before its ConfigMap exists
+                # waits for it (the kubelet retries the mount).
                 svc["metadata"]["ownerReferences"] = [
                     {
                         "apiVersion": "batch/v1",
@@ -263,7 +363,8 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
                         "blockOwnerDeletion": True,
                     }
                 ]
-                created.append(kube.create_service(ns, svc, dry_run=dry_run, what=what))
+                create = kube.create_service if svc["kind"] == "Service" else kube.create_config_map
+                created.append(create(ns, svc, dry_run=dry_run, what=what))
         except BaseException:
             # Nothing half-written: take back the Jobs already created.
             if not dry_run:
@@ -277,7 +378,10 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
 
     def describe(self, app_id: str) -> AppStatus | None:
         """The app's status from its JobSet or Volcano Job, its Jobs and its pods; None when none of
-        them exists (CANCELLED when this machine cancelled it)."""
+        them exists (CANCELLED when this machine cancelled it). A sweep point's status is
+        its index's (:meth:`describe_many`); a sweep array's is its whole Job's."""
+        if split_point_id(app_id)[2] is not None:
+            return self.describe_many([app_id])[app_id]
         ns, kid, record, kube = self._locate(app_id)
         selector = f"{APP_ID_LABEL}={kid}"
         flavor = Flavor(record["flavor"]) if record.get("flavor") else None
@@ -298,6 +402,38 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             return None
         return app_status(flavor, owner, jobs, pods, native_id=f"{ns}/{kid}")
 
+    def describe_many(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
+        """:meth:`describe` of each id; the points of one sweep array are read together
+        (its Job and its pods: two requests, however many points)."""
+        out: dict[str, AppStatus | None] = {}
+        arrays: dict[str, list[tuple[str, int]]] = {}
+        for app_id in app_ids:
+            index = split_point_id(app_id)[2]
+            if index is None:
+                out[app_id] = self.describe(app_id)
+            else:
+                arrays.setdefault(app_id.rpartition(":")[0], []).append((app_id, index))
+        for array_id, members in arrays.items():
+            ns, kid, record, kube = self._locate(array_id)
+            selector = f"{APP_ID_LABEL}={kid}"
+            jobs = kube.list_objects(JOBS, ns, selector)
+            job = jobs[0] if jobs else None
+            pods = by_replica(kube.pods(ns, selector))
+            cancelled = set(record.get("cancelled_points") or ())
+            name = job["metadata"]["name"] if job else kid
+            for app_id, index in members:
+                status = point_status(
+                    job,
+                    pods.get(index, []),
+                    index,
+                    cancelled=bool(record.get("cancelled")) or index in cancelled,
+                    native_id=f"{ns}/{name} index {index}",
+                )
+                if status is None and (record.get("cancelled") or index in cancelled):
+                    status = AppStatus(state=AppState.CANCELLED, msg="deleted by cancel")
+                out[app_id] = status
+        return {app_id: out[app_id] for app_id in app_ids}
+
     # -- logs ------------------------------------------------------------------
 
     def log_iter(
@@ -312,7 +448,17 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         """Lines of the replica's pod (its newest attempt). With ``follow``: waits for a
         pod that does not exist yet, and when a pod's stream ends because it *failed*
         while the app goes on, follows the retry pod the Job controller creates for
-        the same index (restartPolicy Never: a retry is a new pod), until the app ends."""
+        the same index (restartPolicy Never: a retry is a new pod), until the app ends.
+        A sweep point has replica 0 alone: its index's pods; a sweep array's replica
+        ``k`` is its point ``k``."""
+        whole = app_id  # what has to end for a follow to stop waiting for a pod
+        index = split_point_id(app_id)[2]
+        if index is not None:
+            if replica != 0:
+                raise AppNotFound(
+                    f"{NAME}://{app_id} {role}/{replica}: a sweep point has replica 0"
+                )
+            replica = index
         ns, kid, _, kube = self._locate(app_id)
         selector = f"{APP_ID_LABEL}={kid},{ROLE_LABEL}={k8s_role(role)}"
 
@@ -328,7 +474,7 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
         current = pods[-1] if pods else None
         while True:
             if current is None:
-                status = self.describe(app_id)
+                status = self.describe(whole)
                 if status is None or status.is_terminal:
                     return
                 time.sleep(FOLLOW_POLL)
@@ -384,7 +530,12 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
     # -- cancel, list ----------------------------------------------------------
 
     def cancel(self, app_id: str) -> None:
-        """Delete the app's objects with Foreground propagation (pods go first)."""
+        """Delete the app's objects with Foreground propagation (pods go first); a sweep
+        array's ConfigMap goes with its Job. A sweep point: see :meth:`_cancel_point`."""
+        index = split_point_id(app_id)[2]
+        if index is not None:
+            self._cancel_point(app_id, index)
+            return
         ns, kid, record, kube = self._locate(app_id)
         selector = f"{APP_ID_LABEL}={kid}"
         found = False
@@ -392,14 +543,66 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
             if kube.get(gvr, ns, kid, quiet=True) is not None:
                 kube.delete(gvr, ns, kid, missing_ok=True)
                 found = True
+        points = Names(kid).points
         for job in kube.list_objects(JOBS, ns, selector):
             if not job["metadata"].get("ownerReferences"):
                 kube.delete(JOBS, ns, job["metadata"]["name"], missing_ok=True)
                 found = True
+            pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+            volumes = pod.get("volumes") or []
+            if any((v.get("configMap") or {}).get("name") == points for v in volumes):
+                # Owned by the Job when submit created it, not when created by hand.
+                kube.delete_config_map(ns, points, missing_ok=True)
         # The Service goes with its owner Job; one applied by hand has no owner.
         kube.delete_service(ns, kid, missing_ok=True)
         if found or record:
             self._save_record(ns, kid, {**record, "cancelled": True})
+
+    def _cancel_point(self, app_id: str, index: int) -> None:
+        """Stop one point of a sweep array and leave the others running.
+
+        Kubernetes cannot stop one index of a Job, so its line in the points file is
+        marked cancelled (the ConfigMap, written back only if no one changed it since
+        it was read) and its pods that have not ended are deleted (after their grace
+        period). The job controller counts a deleted pod as a failed attempt: the
+        index fails there when it has no retries left, else the pod that replaces it
+        reads the mark and exits 2 at once, which fails the index without retries
+        (``FailIndex``). A point that has not started yet does the same when its turn
+        comes. describe says CANCELLED from then on; a point that had already ended is
+        left as it is. Needs the rights to update ConfigMaps and delete pods.
+        """
+        ns, kid, record, kube = self._locate(app_id)
+        selector = f"{APP_ID_LABEL}={kid}"
+        name = Names(kid).points
+        for _ in range(5):
+            jobs = kube.list_objects(JOBS, ns, selector)
+            if not jobs or index >= int((jobs[0].get("spec") or {}).get("completions") or 0):
+                return  # the whole array is gone, or it has no such point
+            status = jobs[0].get("status") or {}
+            if any(in_indexes(status.get(k), index) for k in ("completedIndexes", "failedIndexes")):
+                return  # ended
+            config_map = kube.config_map(ns, name)
+            if config_map is None:
+                raise SchedulerError(
+                    f"{app_id}: the points of sweep array {kid} (ConfigMap {ns}/{name}) are gone",
+                    scheduler=NAME,
+                )
+            text = cancel_line((config_map.get("data") or {}).get(POINTS_KEY, ""), index)
+            if text is None:
+                break  # marked already
+            config_map["data"][POINTS_KEY] = text
+            if kube.replace_config_map(ns, config_map):
+                break
+        else:
+            raise SchedulerError(
+                f"{app_id}: ConfigMap {ns}/{name} kept changing while being marked; try again",
+                scheduler=NAME,
+            )
+        for pod in by_replica(kube.pods(ns, selector)).get(index, []):
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                kube.delete_pod(ns, pod["metadata"]["name"], missing_ok=True)
+        done = sorted({*(record.get("cancelled_points") or ()), index})
+        self._save_record(ns, kid, {**record, "cancelled_points": done})
 
     def list(self) -> list[AppSummary]:
         """The apps distspec submitted, found by label across namespaces, newest first."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from distspec.schedulers.kubernetes.array import CANCELLED_MESSAGE
 from distspec.schedulers.kubernetes.names import (
     COMPLETION_INDEX_ANNOTATION,
     REPLICA_OFFSET_ANNOTATION,
@@ -21,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["app_status", "by_replica", "parse_time", "summary_state"]
+__all__ = ["app_status", "by_replica", "in_indexes", "parse_time", "point_status", "summary_state"]
 
 _POD_PHASE = {
     "Pending": AppState.PENDING,
@@ -76,6 +77,76 @@ def app_status(
         submitted=min(created) if created else None,
         native_id=native_id,
     )
+
+
+def point_status(
+    job: dict[str, Any] | None,
+    attempts: list[dict[str, Any]],
+    index: int,
+    *,
+    cancelled: bool,
+    native_id: str,
+) -> AppStatus | None:
+    """The status of index ``index`` of a sweep array's Indexed Job (:mod:`.array`):
+    ``job`` is the Job (None once deleted), ``attempts`` the index's pods, oldest
+    first. The Job's ``completedIndexes`` and ``failedIndexes`` say how the point ended;
+    a point that ``cancelled`` says was cancelled here, or whose pod says it found its
+    line marked cancelled, is CANCELLED unless it had succeeded. None when neither the
+    Job nor a pod is left, or the Job has no such index."""
+    spec = (job or {}).get("spec") or {}
+    completions = spec.get("completions")
+    if (job is None and not attempts) or (isinstance(completions, int) and index >= completions):
+        return None
+    template = spec.get("template") or {}
+    role = ((template.get("metadata") or {}).get("annotations") or {}).get(ROLE_ANNOTATION)
+    if attempts:
+        meta = attempts[-1]["metadata"]
+        role = (meta.get("annotations") or {}).get(ROLE_ANNOTATION) or role
+    role = role or "?"
+    if attempts:
+        replica = _replica_status(role, 0, attempts)
+    else:
+        replica = ReplicaStatus(role=role, id=0, state=AppState.PENDING)
+    status = (job or {}).get("status") or {}
+    marked = replica.exit_code == 2 and f"sweep point {index} {CANCELLED_MESSAGE}" in replica.reason
+    if in_indexes(status.get("completedIndexes"), index):
+        state, msg = AppState.SUCCEEDED, ""
+    elif cancelled or marked:
+        state, msg = AppState.CANCELLED, "cancelled"
+    elif in_indexes(status.get("failedIndexes"), index):
+        state, msg = AppState.FAILED, replica.reason
+    elif job is None or job["metadata"].get("deletionTimestamp"):
+        state, msg = AppState.CANCELLED, "being deleted"
+    elif (failed := _condition(job, "Failed")) is not None:
+        state, msg = AppState.FAILED, _cond_msg(failed)
+    elif _condition(job, "Complete") is not None or replica.state is AppState.SUCCEEDED:
+        state, msg = AppState.SUCCEEDED, ""
+    elif replica.state is AppState.FAILED:
+        # The job controller replaces a failed pod while the index has retries left.
+        state, msg = AppState.PENDING, f"retrying: {replica.reason}" if replica.reason else ""
+    elif replica.state is AppState.RUNNING:
+        state, msg = AppState.RUNNING, ""
+    else:
+        state, msg = AppState.PENDING, replica.reason
+    created = _created(job) if job is not None else ""
+    return AppStatus(
+        state=state,
+        msg=msg,
+        num_restarts=replica.restarts,
+        roles=(RoleStatus(role=role, replicas=(replica,)),),
+        submitted=parse_time(created) if created else None,
+        native_id=native_id,
+    )
+
+
+def in_indexes(text: str | None, index: int) -> bool:
+    """Whether ``index`` is in a Job's ``completedIndexes`` or ``failedIndexes``, written
+    as ranges: ``1,3-5,7``."""
+    for part in (text or "").split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and int(low) <= index <= int(high if high.isdigit() else low):
+            return True
+    return False
 
 
 def summary_state(objs: list[dict[str, Any]]) -> tuple[AppState, str]:
@@ -264,6 +335,14 @@ def _jobs_state(jobs: list[dict[str, Any]], roles: list[RoleStatus]) -> tuple[Ap
         if failed is not None:
             return AppState.FAILED, f"{job['metadata']['name']}: {_cond_msg(failed)}"
     if jobs and all(_condition(j, "Complete") for j in jobs):
+        # A sweep array's Job (a per-index backoff limit) completes with failed indexes.
+        failed_indexes = [
+            f"{j['metadata']['name']}: indexes {fi} failed"
+            for j in jobs
+            if (fi := (j.get("status") or {}).get("failedIndexes"))
+        ]
+        if failed_indexes:
+            return AppState.FAILED, "; ".join(failed_indexes)
         return AppState.SUCCEEDED, ""
     if any(_condition(j, "Suspended") for j in jobs):
         return AppState.PENDING, "suspended (waiting for admission, e.g. by Kueue)"
