@@ -6,9 +6,11 @@ The public surface is small and imports nothing heavy::
     from distspec import AppDef, Role, Resource, Runner
 
 Python functions run as jobs with :func:`submit` (a :class:`Job` future) or the
-:func:`distributed` decorator (see docs/callables.md)::
+:func:`distributed` decorator, and once per item with ``distspec.map`` (see
+docs/callables.md)::
 
     distspec.submit(lambda: 6 * 7, j="1x2").result()  # 42
+    [job.result() for job in distspec.map(abs, [-1, -2])]  # [1, 2]
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ __all__ = [
     "submit",
 ]
 
-# Python callables (distspec.callables), imported on first use.
+# Python callables (distspec.callables), imported on first use. ``distspec.map``
+# (distspec.callables_map) is not in __all__: `from distspec import *` would hide the
+# builtin map.
 _CALLABLES = ("Job", "distributed", "submit")
 
 TYPE_CHECKING = False
@@ -79,6 +83,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from distspec.callables import Job, distributed, submit
+    from distspec.callables_map import map as map
     from distspec.errors import RemoteError
     from distspec.runner import Runner
     from distspec.specs import (
@@ -103,6 +108,10 @@ def __getattr__(name: str) -> Any:
         from distspec import callables
 
         return getattr(callables, name)
+    if name == "map":
+        from distspec.callables_map import map
+
+        return map
     if name == "RemoteError":
         from distspec.errors import RemoteError
 

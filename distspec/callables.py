@@ -24,6 +24,10 @@ kubernetes      ``<job_dir>/<app id>``, an fsspec URL (``-cfg job_dir=s3://...``
 Where the folder is only known once the scheduler has accepted the job (Slurm
 names it after the job id), ``call.pkl`` is written right after submit and the
 workers wait for it.
+
+``after=`` holds a job until others have ended (``Job``s or handles, as ``distspec
+run --after``); :func:`distspec.callables_map.map` (``distspec.map``) runs a function
+once per item, every item a job of one sweep.
 """
 
 from __future__ import annotations
@@ -39,10 +43,16 @@ from distspec.errors import ArgumentError, CallableError, RemoteError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from distspec.runner import Runner
     from distspec.schedulers.api import Request
+    from distspec.specs.app import AppDef
     from distspec.specs.handles import AppHandle
     from distspec.specs.state import AppStatus
+
+    #: What ``after=`` takes: a Job, a handle (``HANDLE[:ok|any|failed]``), a list of them.
+    After: TypeAlias = "Job | AppHandle | str | Sequence[Job | AppHandle | str] | None"
 
 __all__ = [
     "CompiledCall",
@@ -266,7 +276,9 @@ class Job:
     """A submitted callable: a future for its ranks' return values.
 
     ``handle`` is an ordinary distspec handle (``distspec status HANDLE`` works on it);
-    :meth:`from_handle` re-attaches to it from another process.
+    :meth:`from_handle` re-attaches to it from another process. ``sweep`` is the
+    handle of the sweep a :func:`~distspec.callables_map.map` call submitted it in
+    (``distspec status SWEEP`` shows every item's job), else None.
     """
 
     def __init__(
@@ -278,8 +290,10 @@ class Job:
         nproc_per_node: int,
         role: str,
         runner: Runner | None = None,
+        sweep: str | None = None,
     ) -> None:
         self.handle = handle
+        self.sweep = sweep
         self.job_dir = job_dir
         self.nodes = nodes
         self.nproc_per_node = nproc_per_node
@@ -314,6 +328,7 @@ class Job:
             "nodes": self.nodes,
             "nproc_per_node": self.nproc_per_node,
             "role": self.role,
+            **({"sweep": self.sweep} if self.sweep else {}),
         }
 
     @classmethod
@@ -354,6 +369,7 @@ class Job:
             nproc_per_node=data["nproc_per_node"],
             role=data["role"],
             runner=runner,
+            sweep=data["sweep"] if isinstance(data.get("sweep"), str) else None,
         )
 
     # -- following -----------------------------------------------------------------
@@ -616,7 +632,18 @@ def _remote_error(record: Mapping[str, Any], handle: str) -> RemoteError:
 # --------------------------------------------------------------------- arguments
 
 #: submit's own keywords (distributed's too); dist.fn's other parameters go in options.
-SETTINGS = ("j", "scheduler", "cfg", "seed", "groups", "timeout", "backend", "options", "runner")
+SETTINGS = (
+    "j",
+    "scheduler",
+    "cfg",
+    "seed",
+    "groups",
+    "timeout",
+    "backend",
+    "options",
+    "after",
+    "runner",
+)
 #: dist.fn parameters that are not options: the function itself travels pickled.
 _CLI_ONLY = ("fn", "fn_args")
 
@@ -684,6 +711,35 @@ def _check_option(param: Any, value: Any, where: str, key: str) -> Any:
     check.fail(where, arg, value, f"dist.fn's {key} cannot be set from Python")
 
 
+def _check_after(where: str, after: Any) -> tuple[str, ...]:
+    """``after`` as handle strings (``HANDLE`` or ``HANDLE:ok|any|failed``): a Job, an
+    AppHandle, a str, or a list or tuple of them; None is none. The Runner checks that
+    each names a job of the same scheduler and the condition."""
+    from distspec import _arguments as check
+    from distspec.specs.handles import AppHandle
+
+    if after is None:
+        return ()
+    many = isinstance(after, (list, tuple))
+    items = tuple(after) if many else (after,)
+    handles = []
+    for i, item in enumerate(items):
+        if isinstance(item, Job):
+            handles.append(item.handle)
+        elif isinstance(item, AppHandle):
+            handles.append(item.format())
+        elif isinstance(item, str) and item.strip():
+            handles.append(item.strip())
+        else:
+            check.fail(
+                where,
+                f"after[{i}]" if many else "after",
+                item,
+                "give a Job, a handle string (HANDLE or HANDLE:ok|any|failed), or a list of them",
+            )
+    return tuple(handles)
+
+
 def _check_settings(
     where: str,
     *,
@@ -695,6 +751,7 @@ def _check_settings(
     timeout: Any,
     backend: Any,
     options: Any,
+    after: Any,
     runner: Any,
 ) -> dict[str, Any]:
     """submit's keywords checked and normalised: each wrong type or value raises
@@ -749,6 +806,7 @@ def _check_settings(
     if runner is not None:
         _check_runner(runner, where)
     return {
+        "after": _check_after(where, after),
         "j": j,
         "topology": topology,
         "scheduler": scheduler,
@@ -777,6 +835,7 @@ def submit(
     timeout: float | None = None,
     backend: str | None = None,
     options: Mapping[str, Any] | None = None,
+    after: After = None,
     runner: Runner | None = None,
     **kwargs: Any,
 ) -> Job:
@@ -806,6 +865,11 @@ def submit(
         options: any other ``dist.fn`` parameter: ``name``, ``image``, ``h``, ``cpu``,
             ``gpu``, ``mem_mb``, ``env``, ``max_retries``, ``seed_per_rank``,
             ``debug``, ``rdzv_backend``, ``rdzv_port``, ``mounts``, ``tee``.
+        after: the jobs this one waits for (it starts once they have ended): a
+            :class:`Job`, a handle string (``HANDLE:ok``, the default condition: it
+            succeeded; ``HANDLE:any``: it ended; ``HANDLE:failed``), or a list of
+            them, of the same scheduler; a sweep's handle stands for all its points
+            (as ``distspec run --after``).
         runner: the Runner to submit with (a new one with the user's config when None).
         kwargs: the function's keyword arguments.
 
@@ -816,7 +880,9 @@ def submit(
         CallableError: ``fn`` is not callable, or it or an argument cannot be pickled,
             or the job directory cannot be written (nothing is left running).
         UsageError: a bad topology string, an unknown scheduler or run option (``cfg``),
-            or a component parameter the component refuses (``options={"cpu": -1}``).
+            a component parameter the component refuses (``options={"cpu": -1}``), or
+            an ``after`` job that is unknown, of another scheduler, or on a backend
+            that cannot wait for one (Kubernetes).
 
     Nothing is submitted or written when any of these is raised before submitting.
     """
@@ -852,10 +918,7 @@ def submit_compiled(call: CompiledCall) -> Job:
             role=call.role,
             runner=runner,
         )
-        path = _record_path(runner, handle.scheduler, handle.app_id)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(job._record(), f)
+        _write_record(runner, job, handle)
     except BaseException:
         runner.cancel(handle)
         raise
@@ -897,6 +960,7 @@ def compile_call(
     timeout: float | None = None,
     backend: str | None = None,
     options: Mapping[str, Any] | None = None,
+    after: After = None,
     runner: Runner | None = None,
 ) -> CompiledCall:
     """Pickle ``fn(*args, **kwargs)`` and compile its ``dist.fn`` job (a dry run of
@@ -926,6 +990,24 @@ def _compile(fn: Any, args: Any, kwargs: Any, *, where: str, **settings: Any) ->
     args = check.sequence(args, where, "args")
     kwargs = check.mapping(kwargs, where, "kwargs")
     s = _check_settings(where, **settings)
+    runner, scheduler, app = _job_app(fn, s)
+    request = runner.dryrun(app, scheduler, s["cfg"], after=s["after"])
+    # Pickled last: a usage mistake above is reported without the cost of pickling.
+    payload = pickle_call(fn, args, kwargs)
+    return CompiledCall(
+        request=request,
+        payload=payload,
+        runner=runner,
+        nodes=s["topology"].nodes,
+        nproc_per_node=s["topology"].nproc_per_node,
+        role=app.roles[0].name,
+    )
+
+
+def _job_app(fn: Any, s: Mapping[str, Any]) -> tuple[Runner, str, AppDef]:
+    """The Runner, the scheduler's name and the ``dist.fn`` AppDef of checked settings
+    ``s`` (:func:`_check_settings`); ``fn`` names the job unless ``options`` does.
+    dist.fn reads ``j`` as dist.ddp does: a bare M is one node of M processes."""
     from distspec.components.fn import fn as fn_component
     from distspec.components.fn import job_name
     from distspec.specs.groups import format_groups
@@ -947,19 +1029,15 @@ def _compile(fn: Any, args: Any, kwargs: Any, *, where: str, **settings: Any) ->
         backend=s["backend"],
         **params,
     )
-    request = runner.dryrun(app, scheduler, s["cfg"])
-    # Pickled last: a usage mistake above is reported without the cost of pickling.
-    payload = pickle_call(fn, args, kwargs)
-    # dist.fn reads -j as dist.ddp does: a bare M is one node of M processes, GPUs or not.
-    topology = s["topology"]
-    return CompiledCall(
-        request=request,
-        payload=payload,
-        runner=runner,
-        nodes=topology.nodes,
-        nproc_per_node=topology.nproc_per_node,
-        role=app.roles[0].name,
-    )
+    return runner, scheduler, app
+
+
+def _write_record(runner: Runner, job: Job, handle: AppHandle) -> None:
+    """The record :meth:`Job.from_handle` reads."""
+    path = _record_path(runner, handle.scheduler, handle.app_id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(job._record(), f)
 
 
 def _write_payload(job_dir: str, payload: bytes) -> None:
@@ -1021,6 +1099,7 @@ def distributed(
     timeout: float | None = None,
     backend: str | None = None,
     options: Mapping[str, Any] | None = None,
+    after: After = None,
     runner: Runner | None = None,
 ) -> Callable[[Callable[..., Any]], DistributedFunction]:
     """Decorator: ``@distributed(j="2x4", scheduler="slurm")``; the arguments are
