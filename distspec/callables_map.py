@@ -193,12 +193,6 @@ def _plan(
         except CompileError as e:  # e.g. Kubernetes runs an array only of one-pod points
             requests, why, snapshot = [], str(e), None
     if not requests:
-        if max_parallel and n > max_parallel and not sched.capabilities.dependencies:
-            raise UsageError(
-                f"distspec.map: max_parallel={max_parallel}: {scheduler} cannot hold a job "
-                f"until another ends, and the items are not one array ({why}); leave "
-                "max_parallel out"
-            )
         for i in range(n):
             requests.append(
                 runner.dryrun(
@@ -210,6 +204,13 @@ def _plan(
                 )
             )
             snapshot = requests[-1].snapshot
+        # Checked once the jobs compile: a mistake of their own is the news, not this.
+        if max_parallel and n > max_parallel and not sched.capabilities.dependencies:
+            raise UsageError(
+                f"distspec.map: max_parallel={max_parallel}: {scheduler} cannot hold a job "
+                f"until another ends, and the items are not one array ({why}); leave "
+                "max_parallel out"
+            )
     return SweepRequest(
         sweep_id=new_sweep_id(app.name),
         scheduler=scheduler,

@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import cloudpickle
@@ -22,11 +23,16 @@ import distspec
 from distspec.callables import compile_call
 from distspec.errors import ArgumentError, CallableError, RemoteError, UsageError
 from distspec.runner import Runner
+from distspec.runtime.call_protocol import read_bytes
 from distspec.specs.state import AppState
 from tests.conftest import FakeCommands
+from tests.k8s_apiserver import require_apiserver
 from tests.slurm_cluster import require_slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The environment before the state_dir fixture gives each test a HOME of its own:
+#: scripts/k8s-apiserver finds its build under the real one.
+_ENV = dict(os.environ)
 
 
 @pytest.fixture(autouse=True)
@@ -213,6 +219,52 @@ def test_map_on_the_slurm_cluster_is_one_array_of_jobs(
         for job in jobs:
             if not job.done():
                 job.cancel()
+
+
+# ------------------------------------------------------------------ Kubernetes, the test API server
+
+
+@pytest.mark.k8s_apiserver
+def test_map_on_kubernetes_writes_each_payload_before_its_one_indexed_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubernetes = pytest.importorskip("kubernetes", reason="pip install 'kubernetes>=30,<38'")
+    with monkeypatch.context() as m:
+        for key, value in _ENV.items():
+            if key == "HOME" or key.startswith("DISTSPEC_K8S_"):
+                m.setenv(key, value)
+        kubeconfig = require_apiserver()
+    ns = f"distspec-map-{uuid.uuid4().hex[:8]}"
+    api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        job_dir = (tmp_path / "job_dir").as_uri()
+        cfg = {"namespace": ns, "kubeconfig": kubeconfig, "job_dir": job_dir, "snapshot": "off"}
+        jobs = distspec.map(
+            square_plus_one,
+            [3, 4, 5],
+            j="1x1",
+            scheduler="kubernetes",
+            cfg=cfg,
+            options={"image": "example.invalid/py:1"},
+            max_parallel=2,
+        )
+        ids = [job.handle.rsplit("/", 1)[1] for job in jobs]
+        kid = ids[0].split(":")[1]
+        assert ids == [f"{ns}:{kid}:{k}" for k in range(3)]
+        made = kubernetes.client.BatchV1Api(api).list_namespaced_job(
+            ns, label_selector=f"distspec.io/app-id={kid}"
+        )
+        assert [(j.spec.completions, j.spec.parallelism) for j in made.items] == [(3, 2)]
+        for i, job in enumerate(jobs):
+            # the folder the pod of index i reads ($DISTSPEC_JOB_DIR: <job_dir>/<id>-<i>)
+            assert job.job_dir == f"{job_dir}/{kid}-{i}"
+            call = cloudpickle.loads(read_bytes(f"{job.job_dir}/call.pkl"))
+            assert call["args"] == (3 + i,)
+    finally:
+        core.delete_namespace(ns)
+        api.close()
 
 
 # ------------------------------------------------------------------ bad arguments
