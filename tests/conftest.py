@@ -43,6 +43,11 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
     return check
 
 
+#: The variables that steer the test harness itself (not distspec): kept by state_dir,
+#: so that DISTSPEC_SLURM_CLUSTER=0 still skips the cluster tests.
+_HARNESS = frozenset({"DISTSPEC_STATE_DIR", "DISTSPEC_SLURM_CLUSTER", "DISTSPEC_TEST_THIRDPARTY"})
+
+
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private DISTSPEC_STATE_DIR and HOME, so tests never see the user's config or jobs."""
@@ -52,7 +57,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DISTSPEC_STATE_DIR", str(state))
     monkeypatch.setenv("HOME", str(home))
     for key in list(os.environ):
-        if key.startswith("DISTSPEC_") and key != "DISTSPEC_STATE_DIR":
+        if key.startswith("DISTSPEC_") and key not in _HARNESS:
             monkeypatch.delenv(key)
     return state
 
