@@ -38,8 +38,8 @@ def run_sweep(
     from distspec.sweep.plan import plan_sweep
     from distspec.sweep.spec import check_size, parse
 
-    if args.output:
-        raise UsageError("-o writes one job's files; a sweep's dry run is printed (leave -o out)")
+    if args.output and not args.dryrun:
+        raise UsageError("-o/--output writes a dry run's files; add --dryrun")
     sweep = parse(args.sweep, zip=args.zip, file=args.sweep_file)
     check_size(sweep, yes=args.yes)
     try:
@@ -67,6 +67,9 @@ def show_or_submit(runner: Runner, request: SweepRequest, args: argparse.Namespa
     sweep = request.sweep
     scheduler = request.scheduler
     if args.dryrun:
+        if args.output:
+            _write(request, args.output)
+            return 0
         if args.json:
             print_json(
                 {
@@ -113,6 +116,41 @@ def show_or_submit(runner: Runner, request: SweepRequest, args: argparse.Namespa
         status = runner.status(record.handle)
         print_json({"handle": record.handle, "status": status.to_dict()})
     return code
+
+
+def _write(request: SweepRequest, output: str) -> None:
+    """``--dryrun -o DIR`` of a sweep: one array's files in DIR (each array's, or each
+    point's, in a folder of its own when there are several), each with its
+    ``submit.sh``; the snapshot the jobs run is taken now, as for one job."""
+    import os
+
+    from distspec.errors import UsageError
+
+    several = len(request.requests) > 1
+    for n, req in enumerate(request.requests):
+        name = req.app_id if request.arrays else f"point-{n}"
+        folder = os.path.join(output, name) if several else output
+        try:
+            written = req.write(folder)
+        except OSError as e:
+            raise UsageError(
+                f"-o {output}: cannot write the dry run there: {e.strerror or e}"
+            ) from None
+        for path in written:
+            print(path)
+    snapshot = request.requests[0].snapshot
+    if snapshot is not None:
+        from distspec.runner import tell
+        from distspec.snapshot.policy import take
+
+        tell(f"distspec: the jobs run the code snapshot {take(snapshot)}")
+    if request.max_parallel and several and not request.arrays:
+        from distspec.runner import tell
+
+        tell(
+            f"distspec: --max-parallel {request.max_parallel} is kept by submit's dependencies; "
+            "the folders here submit every point at once"
+        )
 
 
 def rerun_failed(runner: Runner, args: argparse.Namespace, cfg: dict[str, str]) -> int:

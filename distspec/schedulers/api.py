@@ -282,7 +282,8 @@ class Request:
 
         ``submit.sh`` submits from the directory this process runs in (where the job's
         relative paths, such as its script, are found) and first creates
-        :attr:`job_dir`, as submit would. Everything is private to its owner, as a real
+        :attr:`job_dir`, as submit would (and copies an array's points file there,
+        where its script reads it). Everything is private to its owner, as a real
         job's folder is (the files hold the job's ``--env`` values): ``directory`` is
         created 0700 (one that exists keeps its mode: it may be shared on purpose) and
         each file 0600 (0700 for scripts) before a byte of it is written, also when it
@@ -318,6 +319,11 @@ class Request:
             "set -euo pipefail\n"
             'here="$(cd "$(dirname "$0")" && pwd)"\n'
             + (f"mkdir -p {shlex.quote(self.job_dir)}\n" if self.job_dir else "")
+            + "".join(
+                f'cp "$here"/{shlex.quote(name)} {shlex.quote(self.job_dir)}/\n'
+                for name in self.files
+                if self.job_dir and self.points is not None and name != self.main_file
+            )
             + f"cd {shlex.quote(os.getcwd())}\n"
             + " ".join(words)
             + "\n",

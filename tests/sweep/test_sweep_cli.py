@@ -130,7 +130,7 @@ def test_dry_run_shows_the_first_point_and_submits_nothing(state_dir: Path, tmp_
         (["--sweep", "n=1,2", "--max-parallel", "0", "utils.sh", "--", "echo {{n}}"], ">= 1"),
         (["--max-parallel", "2", "utils.sh", "--", "true"], "--sweep"),
         (["--zip", "utils.sh", "--", "true"], "--sweep"),
-        (["--dryrun", "-o", "out", "--sweep", "n=1", "utils.sh", "--", "echo {{n}}"], "-o"),
+        (["-o", "out", "--sweep", "n=1", "utils.sh", "--", "echo {{n}}"], "--dryrun"),
         (["--sweep", "n=range:0:1001", "utils.sh", "--", "echo {{n}}"], "--yes"),
         (["--after", "local_cwd://distspec/nosuch-1234", "utils.sh", "--", "true"], "no such"),
         (["--after", "slurm://distspec/1234", "utils.sh", "--", "true"], "slurm job"),
@@ -161,3 +161,22 @@ def test_a_sweeps_log_and_rerun(state_dir: Path, tmp_path: Path) -> None:
     assert rerun.returncode == 2 and "--failed" in rerun.stderr
     nothing = cli("rerun", "--failed", handle, cwd=tmp_path)
     assert nothing.returncode == 2 and "nothing to rerun" in nothing.stderr
+
+
+def test_dry_run_o_writes_an_arrays_files_and_copies_its_points(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "t.py").write_text("print(1)\n")
+    proc = cli(
+        "run", "--dryrun", "-o", "out", "-s", "slurm", "-cfg", "snapshot=off",
+        "--sweep", "n=1,2", "dist.ddp", "-j", "1x1", "--script", "t.py", "--", "{{n}}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    names = [Path(p).name for p in proc.stdout.split()]
+    assert "submit.sh" in names and len(names) == 3
+    (points_file,) = [n for n in names if n.endswith(".points")]
+    points = (tmp_path / "out" / points_file).read_text().splitlines()
+    assert [line.split()[1] for line in points] == ["DISTSPEC_SWEEP_n=1", "DISTSPEC_SWEEP_n=2"]
+    submit = (tmp_path / "out" / "submit.sh").read_text()
+    assert f'cp "$here"/{points_file} ' in submit  # where the script reads it
