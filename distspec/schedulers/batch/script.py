@@ -351,7 +351,7 @@ def point_exports(path: str, task: str) -> list[str]:
     file = shell_word(path, {})
     return [
         f"# This array task's sweep point: line ${task} + 1 of the points file, as",
-        f"# {SWEEP_PREFIX}* variables (every task of every step inherits them).",
+        f"# {SWEEP_PREFIX}* variables (exported: every process the job starts inherits them).",
         f'mapfile -t -s "${task}" -n 1 distspec_point < {file}',
         "[[ -n ${distspec_point[0]:-} ]] || {",
         f'  echo "distspec: no sweep point for array task ${task} in "{file} >&2',
