@@ -1,17 +1,26 @@
-"""`scripts/bench --smoke` still runs and prints its table.
+"""`scripts/bench --smoke` and `scripts/bench_sweep --smoke` still run and print their tables.
 
-A check that the benchmark has not rotted, not a benchmark: nothing here looks
-at a time. It needs the peer's venv (`.bench/torchx-venv`, built by a full
-`scripts/bench` run), so it skips without it.
+Checks that the benchmarks have not rotted, not benchmarks: nothing here looks
+at a time. `scripts/bench` needs the peer's venv (`.bench/torchx-venv`, built by a
+full `scripts/bench` run), so it skips without it; `scripts/bench_sweep` needs the
+local Slurm cluster and leaves submitit out without `.bench/submitit-venv`.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.slurm_cluster import (
+    cluster_is_up,
+    require_slurm_cluster,
+    slurm_cluster_unavailable_reason,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "scripts" / "bench"
@@ -43,3 +52,46 @@ def test_bench_smoke_prints_one_table() -> None:
     assert not distspec_cell.startswith("n/a"), help_row
     assert not torchx_cell.startswith("n/a"), help_row
     assert "targets missed:" in proc.stdout
+
+
+SWEEP_BENCH = ROOT / "scripts" / "bench_sweep"
+SUBMITIT_PY = ROOT / ".bench" / "submitit-venv" / "bin" / "python"
+
+
+@pytest.mark.slurm
+def test_bench_sweep_smoke_submits_the_arrays_and_cancels_them(tmp_path: Path) -> None:
+    """`scripts/bench_sweep --smoke`: 40 held points on the local Slurm cluster, one sbatch
+    per MaxArraySize points on each side, and nothing it submitted left in the queue."""
+    reason = slurm_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if not cluster_is_up():
+        require_slurm_cluster()
+    out = tmp_path / "sweep.json"
+    argv = [sys.executable, str(SWEEP_BENCH), "--smoke", "--json", str(out)]
+    peers = SUBMITIT_PY.exists()
+    if not peers:
+        argv.append("--no-peers")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    arrays = math.ceil(40 / data["max_array_size"])
+    assert data["points"] == 40
+    assert data["arrays"] == arrays
+    assert data["slurm_calls"]["distspec run (submit)"]["sbatch"] == arrays
+    cases = {line.split("|")[1].strip() for line in proc.stdout.splitlines() if line[:2] == "| "}
+    assert {"distspec run (submit)", "distspec status", "distspec list -s slurm"} <= cases
+    if peers:
+        assert data["slurm_calls"]["submitit map_array (submit)"]["sbatch"] == arrays
+        assert "submitit [job.state for job in jobs]" in cases
+        assert "distspec / submitit" in proc.stdout
+    assert "targets missed:" in proc.stdout
+    ids = data["job_ids"]
+    assert len(ids) == arrays * (2 if peers else 1)
+    queued = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "PD,R,CG,S", "-o", "%F", "-j", ",".join(ids)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert queued.stdout.split() == [], f"left in the queue: {queued.stdout}"
