@@ -217,6 +217,7 @@ class Runner:
         rerun_of: str | None = None,
         after: Sequence[Dependency | AppHandle | str] = (),
         points: Points | None = None,
+        keep_out: Sequence[str] = (),
     ) -> Request:
         """Compile without submitting: the Request's ``render()`` is what would be submitted.
 
@@ -229,6 +230,8 @@ class Runner:
         ``HANDLE:ok|any|failed``, ``ok`` by default; a sweep's handle stands for all its
         points) of the same scheduler, which must exist. ``points`` compiles one job
         array that runs them (:meth:`~distspec.schedulers.api.Scheduler.compile_array`).
+        ``keep_out`` names folders a new snapshot leaves out besides distspec's own (the
+        folder ``--dryrun -o DIR`` writes into).
 
         Raises:
             ArgumentError: ``app`` is not an AppDef or ``app_id`` not a str.
@@ -249,7 +252,9 @@ class Runner:
         if snapshot is None and _wants_snapshot(opts, sched):
             from distspec.snapshot.policy import plan
 
-            snapshot = plan(app, sched, opts, keep_out=(self.config.state_dir,))
+            snapshot = plan(
+                app, sched, opts, keep_out=(self.config.state_dir, *map(os.path.abspath, keep_out))
+            )
         if snapshot is not None:
             from distspec.snapshot.policy import rewrite
 

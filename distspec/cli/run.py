@@ -191,7 +191,10 @@ def main(args: argparse.Namespace) -> int:
     except ComponentHelp as help_:
         print(help_.text)
         return 0
-    request = runner.dryrun(app, scheduler, cfg, after=args.after)
+    # The dry run's own output folder is never part of the snapshot: -o writes into it
+    # before the snapshot is taken.
+    keep_out = [args.output] if args.output else []
+    request = runner.dryrun(app, scheduler, cfg, after=args.after, keep_out=keep_out)
     return submit_or_show(runner, request, args)
 
 

@@ -53,6 +53,7 @@ def run_sweep(
             max_parallel=args.max_parallel,
             after=runner.dependencies(scheduler, args.after),
             prog=f"distspec run {args.component}",
+            keep_out=[args.output] if args.output else [],
         )
     except ComponentHelp as help_:
         print(help_.text)

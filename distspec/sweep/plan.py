@@ -155,6 +155,7 @@ def plan_sweep(
     snapshot: Any = None,
     rerun_of: str | None = None,
     prog: str = "distspec run",
+    keep_out: Sequence[str] = (),
 ) -> SweepRequest:
     """Bind, check and compile every point of ``sweep`` (see the module docstring).
 
@@ -201,6 +202,7 @@ def plan_sweep(
                 after,
                 snapshot,
                 rerun_of,
+                keep_out,
             )
         except CompileError as e:
             why = str(e)
@@ -213,7 +215,7 @@ def plan_sweep(
                 f"points are not one array ({why}); leave --max-parallel out"
             )
         if snapshot is None:
-            snapshot = runner.dryrun(apps[0], scheduler, cfg).snapshot
+            snapshot = runner.dryrun(apps[0], scheduler, cfg, keep_out=keep_out).snapshot
         for i, app in enumerate(apps):
             requests.append(
                 runner.dryrun(
@@ -272,6 +274,7 @@ def _arrays(
     after: Sequence[Dependency],
     snapshot: Any,
     rerun_of: str | None,
+    keep_out: Sequence[str],
 ) -> list[Request]:
     """The arrays that run every point: one, or one per ``max_array_size`` points."""
     from distspec.runner import new_app_id
@@ -292,6 +295,7 @@ def _arrays(
             rerun_of=rerun_of,
             after=after,
             points=points,
+            keep_out=keep_out,
         )
         snapshot = request.snapshot  # planned once, shared by every array
         requests.append(request)
