@@ -240,7 +240,11 @@ def test_held_then_requeued_job_runs_the_code_it_was_submitted_with(
         (repo / "helper.py").write_text(_helper("h3"))
         (repo / "out" / "result.txt").unlink()
         _scontrol("requeue", job_id)
-        # Slurm delays a requeued job's start (BeginTime); start it now.
+        # Slurm delays a requeued job's start (BeginTime); start it sooner. Not in the
+        # same second as the first run ended: slurmd revoked that run's credential, and a
+        # new one of the same second counts as revoked too ("Killing non-startable batch
+        # job: Job credential revoked", the job FAILED without running).
+        time.sleep(2)
         _scontrol("update", f"JobId={job_id}", "StartTime=now")
         job = _wait_ended(job_id, restarts=1)
         log = _log(handle, env, repo)
