@@ -169,6 +169,11 @@ def rerun_failed(runner: Runner, args: argparse.Namespace, cfg: dict[str, str]) 
         raise UsageError(
             f"--failed: no such sweep {args.handle} (give the handle `run --sweep` printed)"
         )
+    if record.data.get("component") == "distspec.map":
+        raise UsageError(
+            f"{record.handle} is a distspec.map, whose items were pickled, not recorded: call "
+            "distspec.map again with the items whose jobs failed"
+        )
     if args.after_dashes is not None:
         raise UsageError("--failed reruns points as they were: leave out the words after --")
     states = record.states(runner)

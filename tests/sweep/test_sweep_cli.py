@@ -180,3 +180,15 @@ def test_dry_run_o_writes_an_arrays_files_and_copies_its_points(
     assert [line.split()[1] for line in points] == ["DISTSPEC_SWEEP_n=1", "DISTSPEC_SWEEP_n=2"]
     submit = (tmp_path / "out" / "submit.sh").read_text()
     assert f'cp "$here"/{points_file} ' in submit  # where the script reads it
+
+
+def test_rerun_failed_of_a_map_says_to_call_map_again(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import distspec
+
+    monkeypatch.chdir(tmp_path)
+    jobs = distspec.map(abs, [-1], j="1x1")
+    assert jobs[0].result(timeout=120) == 1
+    proc = cli("rerun", "--failed", str(jobs[0].sweep), cwd=tmp_path)
+    assert proc.returncode == 2 and "call distspec.map again" in proc.stderr, proc.stderr
