@@ -192,3 +192,21 @@ def test_rerun_failed_of_a_map_says_to_call_map_again(
     assert jobs[0].result(timeout=120) == 1
     proc = cli("rerun", "--failed", str(jobs[0].sweep), cwd=tmp_path)
     assert proc.returncode == 2 and "call distspec.map again" in proc.stderr, proc.stderr
+
+
+def test_max_parallel_on_local_runs_at_most_k_points_at_once(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Each point writes when it started and ended; no instant has more than 2 running."""
+    script = "date +%s.%N > {{i}}.start; sleep 0.6; date +%s.%N > {{i}}.end"
+    proc = cli(
+        "run", "--wait", "--no-log", "--max-parallel", "2", "--sweep", "i=range:0:6",
+        "utils.sh", "--", script, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    spans = [
+        (float((tmp_path / f"{i}.start").read_text()), float((tmp_path / f"{i}.end").read_text()))
+        for i in range(6)
+    ]
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most == 2, spans  # two lanes: never three, and not one after another either
