@@ -80,6 +80,9 @@ ENV_VARIABLES = (
     "DISTSPEC_JOB_DIR",
     "DISTSPEC_SNAPSHOT",
     "DISTSPEC_SNAPSHOT_PYTHONPATH",
+    # A sweep point's index and its points file (its values: DISTSPEC_SWEEP_<name>).
+    "DISTSPEC_SWEEP_INDEX",
+    "DISTSPEC_SWEEP_FILE",
     "DISTSPEC_TASK",
     "DISTSPEC_DEGREES",
     "DISTSPEC_LAUNCHER",

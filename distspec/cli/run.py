@@ -43,7 +43,7 @@ HANDLE` runs the same code again.
 
 A sweep (--sweep NAME=VALUES, --sweep-file) runs the job once per point, each
 {{NAME}} in the component's arguments (script arguments, --env, string parameters)
-taking the point's value; the point also finds its values in DISTSPEC_SWEEP_NAME and
+taking the point's value; the point also finds its values in DISTSPEC_SWEEP_<NAME> and
 its index in DISTSPEC_SWEEP_INDEX. On slurm the points go out as one job array
 (`sbatch --array`, split at the cluster's MaxArraySize); elsewhere, or when a value
 changes the job's shape (`-j {{n}}x8`), as one job per point. The handle printed

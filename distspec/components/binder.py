@@ -882,8 +882,7 @@ def bind(
             default key, or a component that returned something other than an AppDef.
         UsageError: whatever the component itself raised for bad values.
     """
-    ps = _with_defaults(component, params(component), defaults)
-    parser = _parser(component, ps, prog)
+    ps, parser = _parsed_signature(component, defaults, prog)
     try:
         ns = parser.parse_args(_normalize(component, ps, argv))
     except _HelpRequested:
@@ -914,6 +913,29 @@ def bind(
             f"{torchx_compat.type_label(app)}, not an AppDef (distspec.specs.AppDef)"
         )
     return app
+
+
+#: The last component's parameters and parser (a sweep binds one component once per
+#: point: building the parser is most of a bind's cost).
+_LAST: list[tuple[object, ...]] = []
+
+
+def _parsed_signature(
+    component: Component, defaults: Mapping[str, Any] | None, prog: str
+) -> tuple[list[Param], _Parser]:
+    """``(params, parser)`` of ``component`` with ``defaults``, reused when the same
+    component object is bound again with the same defaults and ``prog``."""
+    try:
+        key: tuple[object, ...] = (prog, tuple(sorted((defaults or {}).items())))
+        hash(key)
+    except TypeError:  # a default that is a list or dict: not worth a cache
+        key = ()
+    if key and _LAST and _LAST[0][0] is component and _LAST[0][1] == key:
+        return _LAST[0][2], _LAST[0][3]  # type: ignore[return-value]
+    ps = _with_defaults(component, params(component), defaults)
+    parser = _parser(component, ps, prog)
+    _LAST[:] = [(component, key, ps, parser)] if key else []
+    return ps, parser
 
 
 def _returns_torchx(fn: Callable[..., Any]) -> bool:

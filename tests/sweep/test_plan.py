@@ -128,3 +128,25 @@ def test_bad_max_parallel_and_a_point_that_does_not_bind(work: Path) -> None:
         _plan(runner, ARGS, ["lr=0.1", "seed=0"], max_parallel=0)
     with pytest.raises(UsageError, match=r"sweep point 1 \(n=zz\)"):
         _plan(runner, ["-j", "{{n}}x1", "--script", "train.py"], ["n=1,zz"])
+
+
+def test_binding_again_reuses_nothing_it_should_not(work: Path) -> None:
+    """The binder keeps the last component's parser (a sweep binds once per point): the
+    same component with other arguments, other defaults or another component still
+    binds as if for the first time."""
+    from distspec.components.binder import bind
+
+    ddp = load("dist.ddp")
+    a = bind(ddp, ["--script", "train.py", "--", "1"])
+    b = bind(ddp, ["--script", "train.py", "--", "2"])
+    assert a.roles[0].args[-1] == "1" and b.roles[0].args[-1] == "2"
+    c = bind(ddp, ["--script", "train.py"], defaults={"j": "1x3"})
+    d = bind(ddp, ["--script", "train.py"])
+
+    def nproc(app: object) -> str:
+        args = list(app.roles[0].args)  # type: ignore[attr-defined]
+        return str(args[args.index("--nproc_per_node") + 1])
+
+    assert (nproc(c), nproc(d)) == ("3", "2")
+    echo = bind(load("utils.echo"), ["--msg", "hi"])
+    assert echo.roles[0].args[-1] == "hi"
