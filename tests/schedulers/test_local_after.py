@@ -36,8 +36,12 @@ def _app(name: str, script: str) -> AppDef:
 
 
 def _gated(gate: Path, rc: int = 0) -> str:
-    """A script that runs until ``gate`` exists, then exits with ``rc``."""
-    return f"while [ ! -e {gate} ]; do sleep 0.05; done; exit {rc}"
+    """A script that runs until ``gate`` exists, then exits with ``rc`` (at most 120 s: a
+    test that fails before it opens the gate leaves nothing running for long)."""
+    return (
+        f"i=0; while [ ! -e {gate} ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done; "
+        f"exit {rc}"
+    )
 
 
 def _after(runner: Runner, app: AppDef, *deps: tuple[AppHandle, str]) -> AppHandle:
