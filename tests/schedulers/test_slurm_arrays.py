@@ -690,3 +690,37 @@ def test_ended_tasks_are_not_asked_about_again(
     fake_commands.on("sacct", stdout=SACCT_ARRAY.replace("COMPLETED", "RUNNING"))
     fresh = sched.describe_many(ids)
     assert fresh["1234_0"] is not None and fresh["1234_0"].state is AppState.RUNNING
+
+
+def test_describe_many_asks_once_for_several_arrays(
+    sched: SlurmScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    """A sweep split at MaxArraySize: its arrays' tasks come from one sacct (or one
+    scontrol listing every job), not one query per array."""
+    _submit_array(sched, fake_commands, tmp_path)
+    req = sched.compile_array(
+        _app(_swept_role()),
+        sched.parse_options({"job_dir": str(tmp_path / "jobs")}),
+        app_id=APP_ID + "b",
+        points=POINTS,
+    )
+    fake_commands.on("sbatch", stdout="1240;cluster\n")
+    assert sched.submit(req) == "1240"
+    second = SACCT_ARRAY.replace("1234_", "1240_").replace("COMPLETED", "RUNNING", 1)
+    fake_commands.on("sacct", stdout=SACCT_ARRAY + second)
+    fake_commands.calls.clear()
+    ids = [f"{a}_{i}" for a in ("1234", "1240") for i in range(4)]
+    statuses = sched.describe_many(ids)
+    assert [c[0] for c in fake_commands.calls] == ["sacct"]
+    assert "1234,1240" in fake_commands.calls[0]
+    assert statuses["1234_0"].state is AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert statuses["1240_0"].state is AppState.RUNNING  # type: ignore[union-attr]
+    assert statuses["1240_3"].state is AppState.PENDING  # type: ignore[union-attr]
+
+    sched._accounting = False
+    sched._ended_path = lambda array_id: None  # type: ignore[method-assign]
+    fake_commands.on("scontrol", stdout=SCONTROL_ARRAY + SCONTROL_ARRAY.replace("1234", "1240"))
+    fake_commands.calls.clear()
+    again = sched.describe_many(ids)
+    assert fake_commands.calls == [("scontrol", "show", "job", "-o")]
+    assert again["1240_1"].state is AppState.RUNNING  # type: ignore[union-attr]

@@ -353,13 +353,15 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             if sep:
                 arrays.setdefault(array_id, []).append(app_id)
         out: dict[str, AppStatus | None] = {}
+        arrays = {a: ids for a, ids in arrays.items() if len(ids) >= 2}
+        base_record = super()._record  # the array's own record (no comprehension: super())
+        records = {a: base_record(a) for a in arrays}
+        endeds = {a: self._ended_statuses(a) if records[a] is not None else {} for a in arrays}
+        lefts = {a: [i for i in ids if i not in endeds[a]] for a, ids in arrays.items()}
+        # One query for every array of the sweep, not one per array.
+        infos = self._query_arrays({a: left for a, left in lefts.items() if left})
         for array_id, task_ids in arrays.items():
-            if len(task_ids) < 2:
-                continue
-            record = super()._record(array_id)
-            ended = self._ended_statuses(array_id) if record is not None else {}
-            left = [task_id for task_id in task_ids if task_id not in ended]
-            infos = self._query_array(array_id, left) if left else {}
+            record, ended, left = records[array_id], endeds[array_id], lefts[array_id]
             new = 0
             for task_id in left:
                 task_record = _task_record(record, task_id, task_id.partition("_")[2])
@@ -406,12 +408,17 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         except OSError:
             pass  # only a cache: the next call asks again
 
-    def _query_array(self, array_id: str, task_ids: Sequence[str]) -> dict[str, JobInfo]:
-        """What Slurm says about the tasks of the job array ``array_id``, by task id:
-        sacct with accounting (``--allocations``: no step rows), scontrol without, and
-        scontrol too for tasks sacct does not list yet (slurmdbd lags)."""
+    def _query_arrays(self, tasks: Mapping[str, Sequence[str]]) -> dict[str, JobInfo]:
+        """What Slurm says about the tasks ``tasks`` names (array id -> task ids), by
+        task id, in one query however many arrays: sacct with accounting
+        (``--allocations``: no step rows), scontrol without, and scontrol too for tasks
+        sacct does not list yet (slurmdbd lags); ``scontrol show job`` takes one id, so
+        for several arrays it lists every job and keeps these."""
+        if not tasks:
+            return {}
         infos: dict[str, JobInfo] = {}
-        wanted = set(task_ids)
+        wanted = {task_id for ids in tasks.values() for task_id in ids}
+        array_id = ",".join(tasks)
         if self._accounting is not False:
             argv = [
                 "sacct",
@@ -428,9 +435,9 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
                 infos = array_infos(result.stdout, "sacct", wanted)
             elif "accounting storage is disabled" in result.stderr.lower():
                 self._accounting = False
-        if all(task_id in infos for task_id in task_ids):
+        if all(task_id in infos for task_id in wanted):
             return infos
-        argv = ["scontrol", "show", "job", "-o", array_id]
+        argv = ["scontrol", "show", "job", "-o", *([array_id] if len(tasks) == 1 else [])]
         result = self._run(argv, "scontrol show job", ok=False)
         if result.returncode != 0:
             if "invalid job id" in result.stderr.lower():
