@@ -291,8 +291,14 @@ def _read_file(path: str) -> _Factor:
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".json", ".yaml", ".yml", ".toml"):
         raise UsageError(f"{where}: unknown extension {ext!r}; use .json, .yaml, .yml or .toml")
+    import stat
+
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: a FIFO named like a sweep file is refused, not waited on forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{where}: not a regular file")
             data = f.read(_MAX_FILE_BYTES + 1)
         if len(data) > _MAX_FILE_BYTES:
             raise UsageError(f"{where}: larger than {_MAX_FILE_BYTES >> 20} MiB")

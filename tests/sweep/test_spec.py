@@ -564,3 +564,15 @@ def test_import_is_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_fifo_or_a_device_as_the_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "points.toml"
+    os.mkfifo(fifo)  # no writer: a plain open() would block forever
+    device = tmp_path / "zero.json"
+    device.symlink_to("/dev/zero")
+    for path in (fifo, device):
+        with pytest.raises(UsageError, match="not a regular file"):
+            parse([], file=str(path))
