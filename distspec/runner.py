@@ -699,7 +699,7 @@ class Runner:
     ) -> Iterator[LogLine]:
         from collections import deque
 
-        from distspec.torchrun_output import split_rank
+        from distspec.torchrun_output import rank_lines
 
         h, sched = self._resolve(handle)
         if self.sweep(h) is not None:
@@ -735,8 +735,8 @@ class Runner:
 
         def parsed(target: tuple[str, int], follow: bool) -> Iterator[LogLine]:
             role_name, index = target
-            for raw in sched.log_iter(h.app_id, role_name, index, since=since, follow=follow):
-                line_rank, text = split_rank(raw, role_name)
+            raw = sched.log_iter(h.app_id, role_name, index, since=since, follow=follow)
+            for line_rank, text in rank_lines(raw, role_name):
                 if rank is None or line_rank == rank:
                     yield LogLine(role_name, index, text, line_rank)
 

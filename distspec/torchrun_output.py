@@ -20,7 +20,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = [
     "RANK_PREFIX_ENV",
@@ -31,6 +31,7 @@ __all__ = [
     "exit_code_of",
     "failure_excerpt",
     "line_of_rank",
+    "rank_lines",
     "root_cause",
     "signal_name",
     "split_rank",
@@ -109,6 +110,62 @@ def split_rank(text: str, role: str = "") -> tuple[int | None, str]:
         if end > 5 and rest[5:end].isdigit() and (rank is None or int(rest[5:end]) == rank):
             rank, rest = int(rest[5:end]), rest[end + 3 :]
     return rank, rest
+
+
+def rank_lines(lines: Iterable[str], role: str = "") -> Iterator[tuple[int | None, str]]:
+    """``(global rank, text)`` of each line one torchrun agent printed with ``--tee``,
+    with the lines its tailer cut rejoined.
+
+    torchrun copies each worker's log to its own output with one thread per worker
+    and stream; a thread that reads a worker's file between ``print()``'s two writes
+    (the text, then the newline: torchrun runs Python unbuffered) prints the text
+    without a newline, and whatever the next thread prints lands on the same line:
+    ``[rank1]:seq 292[rank0]:seq 7`` then, later, ``[rank1]:``. Here a tee prefix
+    (``[rankN]:``) after text on a line starts a new piece; every piece but a line's
+    last is a rank's unfinished line, held until that rank's next piece completes
+    it. What is still held when ``lines`` end is given out as it is. A prefix right
+    after another (torch's exception hook's ``[rank3]: ``) is part of the text.
+
+    A rank's stdout and stderr are two threads: a piece cut from one can be completed
+    by a line of the other (rare; the text is then joined, nothing is lost). Text
+    that itself contains ``[rankN]:`` after other text is read as a cut too.
+    """
+    held: dict[str, str] = {}
+    for line in lines:
+        pieces = _tee_pieces(line)
+        last = len(pieces) - 1
+        for i, (prefix, text) in enumerate(pieces):
+            if prefix in held:
+                text = held.pop(prefix) + text
+            if i < last and prefix:
+                held[prefix] = text
+            else:
+                yield split_rank(prefix + text, role)
+    for prefix, text in held.items():
+        yield split_rank(prefix + text, role)
+
+
+def _tee_pieces(line: str) -> list[tuple[str, str]]:
+    """``line`` cut before each ``[rankN]:`` that follows text: ``(prefix, text)``
+    pairs, the prefix ``""`` for a first piece without one."""
+    pieces: list[tuple[str, str]] = []
+    prefix = ""
+    start = 0
+    at = line.find("[rank")
+    while at != -1:
+        end = line.find("]:", at + 5)
+        if end > at + 5 and line[at + 5 : end].isdigit():
+            if at == start:  # a prefix at the start of a piece, or right after one
+                if not prefix and at == 0:
+                    prefix, start = line[: end + 2], end + 2
+            else:
+                pieces.append((prefix, line[start:at]))
+                prefix, start = line[at : end + 2], end + 2
+            at = line.find("[rank", end + 2)
+        else:
+            at = line.find("[rank", at + 5)
+    pieces.append((prefix, line[start:]))
+    return pieces
 
 
 def line_of_rank(text: str, role: str, rank: int, local_rank: int) -> bool:

@@ -13,6 +13,7 @@ from distspec.torchrun_output import (
     RootCause,
     exit_code_of,
     line_of_rank,
+    rank_lines,
     root_cause,
     signal_name,
     split_rank,
@@ -70,6 +71,89 @@ def test_line_of_rank(line: str, rank: int, mine: bool) -> None:
 )
 def test_split_rank(line: str, role: str, expected: tuple[int | None, str]) -> None:
     assert split_rank(line, role) == expected
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # Whole lines pass through as split_rank reads them.
+        (
+            ["[rank0]:a", "[rank1]:[rank1]: Traceback", "torchrun says"],
+            [(0, "a"), (1, "Traceback"), (None, "torchrun says")],
+        ),
+        # Rank 1's line cut before its newline, rank 0's line printed after the cut.
+        (
+            ["[rank1]:seq 293[rank0]:seq 7", "[rank0]:seq 8", "[rank1]:"],
+            [(0, "seq 7"), (0, "seq 8"), (1, "seq 293")],
+        ),
+        # Cut and completed at once by the same rank.
+        (["[rank3]:step 7[rank3]:"], [(3, "step 7")]),
+        # Three ranks on one line; the last one's text starts with torch's hook prefix.
+        (
+            ["[rank1]:a[rank2]:b[rank0]:[rank0]: Traceback", "[rank2]:", "[rank1]:"],
+            [(0, "Traceback"), (2, "b"), (1, "a")],
+        ),
+        # A line cut twice (text written in three pieces) reads back whole.
+        (
+            ["[rank1]:a[rank0]:x", "[rank1]:b[rank0]:y", "[rank1]:c"],
+            [(0, "x"), (0, "y"), (1, "abc")],
+        ),
+        # Text without a prefix before a rank's piece is its own line.
+        (["junk[rank1]:a"], [(None, "junk"), (1, "a")]),
+        # What is still cut when the log ends is given out as it is.
+        (["[rank1]:tail[rank0]:x"], [(0, "x"), (1, "tail")]),
+        # A prefix-like text that is not one is text.
+        (["[rank1]:see [rankX]: or [rank"], [(1, "see [rankX]: or [rank")]),
+    ],
+)
+def test_rank_lines_rejoins_lines_cut_by_the_tailer(
+    lines: list[str], expected: list[tuple[int | None, str]]
+) -> None:
+    assert list(rank_lines(lines)) == expected
+
+
+@pytest.mark.torch
+def test_a_line_cut_while_another_rank_prints_is_read_whole(tmp_path: Path) -> None:
+    """Two of torchrun's tailer threads (ranks 0 and 1) printing into one stream: rank
+    1's line cut between its text and its newline, rank 0's whole line printed in
+    between, lands in one line of the agent's output; rank_lines reads both back."""
+    import io
+    import threading
+    import time
+
+    pytest.importorskip("torch")
+    from torch.distributed.elastic.multiprocessing.tail_log import tail_logfile
+
+    out = io.StringIO()
+    finished = threading.Event()
+    files = {rank: tmp_path / f"{rank}.log" for rank in (0, 1)}
+    tailers = []
+    for rank, log in files.items():
+        log.write_text("")
+        tailers.append(
+            threading.Thread(
+                target=tail_logfile,
+                args=(f"[rank{rank}]:", str(log), out, finished, 0.01, lambda line: True),
+            )
+        )
+        tailers[-1].start()
+
+    def write(rank: int, text: str, shown: str) -> None:
+        with files[rank].open("a") as f:
+            f.write(text)
+        deadline = time.monotonic() + 10
+        while shown not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    write(1, "seq 1 293", "seq 1 293")  # print()'s first write
+    write(0, "seq 0 294\n", "seq 0 294\n")  # another rank's whole line
+    write(1, "\n", "[rank1]:\n")  # and the first print's newline
+    finished.set()
+    for tailer in tailers:
+        tailer.join(10)
+    printed = out.getvalue()
+    assert printed == "[rank1]:seq 1 293[rank0]:seq 0 294\n[rank1]:\n"  # torchrun's, as it is
+    assert list(rank_lines(printed.splitlines())) == [(0, "seq 0 294"), (1, "seq 1 293")]
 
 
 def test_root_cause_reads_the_entry_of_the_summary() -> None:
