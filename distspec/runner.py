@@ -612,13 +612,15 @@ class Runner:
         sweep = self.sweep(h)
         if sweep is not None:
             _log(_INFO, "cancelling sweep %s", h)
-            arrays = [str(a["app_id"]) for a in sweep.data.get("arrays") or []]
-            for app_id in arrays:
-                sched.cancel(app_id)
-            if not arrays:
-                for app_id, status in zip(sweep.app_ids(), sweep.states(self), strict=True):
-                    if status is not None and not status.is_terminal:
-                        sched.cancel(app_id)
+            jobs = [str(a["app_id"]) for a in sweep.data.get("arrays") or []]
+            if not jobs:  # one job per point
+                jobs = [
+                    app_id
+                    for app_id, status in zip(sweep.app_ids(), sweep.states(self), strict=True)
+                    if status is not None and not status.is_terminal
+                ]
+            # One command where the backend has one for many jobs (scancel A B ...).
+            sched.cancel_many(jobs)
             return
         try:
             known = sched.describe(h.app_id) is not None

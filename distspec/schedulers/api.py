@@ -498,6 +498,13 @@ class Scheduler(abc.ABC, Generic[OptsT]):
     def cancel(self, app_id: str) -> None:
         """Stop the app; a no-op for an app that already ended."""
 
+    def cancel_many(self, app_ids: Sequence[str]) -> None:
+        """:meth:`cancel` of each of ``app_ids`` (a sweep's arrays or points), the first
+        error stopping the rest; a backend that can stop many jobs with one command
+        (Slurm: ``scancel A B ...``) overrides it."""
+        for app_id in app_ids:
+            self.cancel(app_id)
+
     @abc.abstractmethod
     def list(self) -> list[AppSummary]:
         """Apps this backend can see, newest first where it knows the order."""

@@ -503,10 +503,22 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
 
     def cancel(self, app_id: str) -> None:
         """``scancel`` the job; a job already completing or completed is no error."""
-        job_id = self._check_id(app_id)
-        result = self._run(["scancel", job_id], "scancel", ok=False)
-        if result.returncode != 0 and "already completing or completed" not in result.stderr:
-            raise self._failed("scancel", result)
+        self.cancel_many([app_id])
+
+    def cancel_many(self, app_ids: Sequence[str]) -> None:
+        """One ``scancel A B ...`` for all of ``app_ids`` (jobs, arrays, array tasks; a
+        sweep split into 63 arrays is one command, not 63), in chunks of
+        :data:`_CANCEL_CHUNK` ids. A job already completing or completed is no error;
+        any other error is raised after scancel has tried every id."""
+        job_ids = [self._check_id(app_id) for app_id in app_ids]
+        failed = None
+        for start in range(0, len(job_ids), _CANCEL_CHUNK):
+            chunk = job_ids[start : start + _CANCEL_CHUNK]
+            result = self._run(["scancel", *chunk], "scancel", ok=False)
+            if result.returncode != 0 and not _only_already_done(result.stderr):
+                failed = failed or result
+        if failed is not None:
+            raise self._failed("scancel", failed)
 
     def list(self) -> list[AppSummary]:
         """The user's jobs: from sacct (last 7 days) with accounting, squeue without."""
@@ -544,6 +556,18 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             result = self._run(argv, "squeue", env=_time_env())
             rows = list_rows(result.stdout)
         return summaries(rows)
+
+
+#: The most job ids one ``scancel`` is given (a command line stays far below ARG_MAX).
+_CANCEL_CHUNK = 500
+
+
+def _only_already_done(stderr: str) -> bool:
+    """Whether every complaint of a failed scancel is about a job that had ended:
+    scancel says so once per such id (``Kill job error on job id 12: Job/step already
+    completing or completed``), goes on with the other ids and exits 1."""
+    errors = [line for line in stderr.splitlines() if "error" in line.lower()]
+    return bool(errors) and all("already completing or completed" in e for e in errors)
 
 
 def _time_env() -> dict[str, str]:
