@@ -1,15 +1,21 @@
 """Slurm's times (``2026-11-23T15:26:35``, local time) read as POSIX times: the same as
 ``time.mktime(time.strptime(...))`` in zones with and without DST, None for what is not
-such a time, and fast enough for ``distspec list`` over thousands of jobs."""
+such a time, and fast enough for ``distspec list`` over thousands of jobs; describe asks
+sacct and scontrol for that form whatever the user's SLURM_TIME_FORMAT."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from distspec.schedulers.api import CommandResult
+from distspec.schedulers.slurm import SlurmScheduler
 from distspec.schedulers.slurm.status import _slurm_time, list_rows, summaries
+from tests.conftest import FakeCommands
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
 
@@ -124,3 +130,38 @@ def test_seven_thousand_times_are_read_quickly() -> None:
     # On the 2-core dev machine: ~0.015 s against strptime's ~0.15 s. Measured side by
     # side, so that a loaded machine slows both.
     assert took < took_strptime / 3, (took, took_strptime)
+
+
+def test_describe_asks_for_standard_times_whatever_the_users_format(
+    fake_commands: FakeCommands, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SLURM_TIME_FORMAT=relative makes scontrol print SubmitTime=05:39:44: no time.
+    monkeypatch.setenv("SLURM_TIME_FORMAT", "relative")
+    envs: dict[str, str | None] = {}
+
+    def recording(argv: Sequence[str], **kwargs: Any) -> CommandResult:
+        env = kwargs.get("env")
+        envs[argv[0]] = None if env is None else env.get("SLURM_TIME_FORMAT")
+        return fake_commands(argv, **kwargs)
+
+    sched = SlurmScheduler(run_cmd=recording, state_dir=tmp_path / "state")
+    fake_commands.on("sacct", returncode=1, stderr="Slurm accounting storage is disabled\n")
+    fake_commands.on(
+        "scontrol",
+        stdout="JobId=77 JobName=x JobState=COMPLETED ExitCode=0:0 "
+        "SubmitTime=2026-11-23T15:26:35 StartTime=2026-11-23T15:26:36 "
+        "EndTime=2026-11-23T15:27:00\n",
+    )
+    status = sched.describe("77")
+    assert status is not None and status.submitted == _reference("2026-11-23T15:26:35")
+    assert envs == {"sacct": "standard", "scontrol": "standard"}
+    envs.clear()
+    fake_commands.on(
+        "scontrol",
+        stdout="JobId=78 ArrayJobId=78 ArrayTaskId=0 JobName=x JobState=PENDING "
+        "SubmitTime=2026-11-23T15:26:35\n"
+        "JobId=79 ArrayJobId=78 ArrayTaskId=1 JobName=x JobState=PENDING "
+        "SubmitTime=2026-11-23T15:26:35\n",
+    )
+    sched.describe_many(["78_0", "78_1"])
+    assert envs == {"scontrol": "standard"}

@@ -224,7 +224,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             job_id,
             "--format=JobID,JobName,State,ExitCode,NodeList,Reason,Submit,Start,End",
         ]
-        result = self._run(argv, "sacct", ok=False)
+        result = self._run(argv, "sacct", ok=False, env=_time_env())
         if result.returncode != 0:
             if "accounting storage is disabled" in result.stderr.lower():
                 self._accounting = False
@@ -236,7 +236,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
 
     def _scontrol(self, job_id: str) -> JobInfo | None:
         argv = ["scontrol", "show", "job", "-o", job_id]
-        result = self._run(argv, "scontrol show job", ok=False)
+        result = self._run(argv, "scontrol show job", ok=False, env=_time_env())
         if result.returncode != 0:
             if "invalid job id" in result.stderr.lower():
                 return None
@@ -429,7 +429,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
                 array_id,
                 "--format=JobID,JobName,State,ExitCode,NodeList,Reason,Submit,Start,End",
             ]
-            result = self._run(argv, "sacct", ok=False)
+            result = self._run(argv, "sacct", ok=False, env=_time_env())
             if result.returncode == 0:
                 self._accounting = True
                 infos = array_infos(result.stdout, "sacct", wanted)
@@ -438,7 +438,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         if all(task_id in infos for task_id in wanted):
             return infos
         argv = ["scontrol", "show", "job", "-o", *([array_id] if len(tasks) == 1 else [])]
-        result = self._run(argv, "scontrol show job", ok=False)
+        result = self._run(argv, "scontrol show job", ok=False, env=_time_env())
         if result.returncode != 0:
             if "invalid job id" in result.stderr.lower():
                 return infos
@@ -571,8 +571,10 @@ def _only_already_done(stderr: str) -> bool:
 
 
 def _time_env() -> dict[str, str]:
-    """The environment with ``SLURM_TIME_FORMAT=standard``: squeue and sacct then print
-    ISO 8601 local times, whatever the user's own setting (it may be "relative")."""
+    """The environment with ``SLURM_TIME_FORMAT=standard``: squeue, sacct and scontrol
+    then print ISO 8601 local times, the one form :func:`status._slurm_time` reads,
+    whatever the user's own setting (``relative`` prints ``05:39:44``; a format with a
+    space splits scontrol's ``SubmitTime=`` field)."""
     import os
 
     return {**os.environ, "SLURM_TIME_FORMAT": "standard"}
