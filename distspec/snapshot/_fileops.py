@@ -60,15 +60,51 @@ def _unreadable(base: str, rel: str, e: OSError) -> SnapshotError:
     )
 
 
+def _workers() -> int:
+    """The CPUs this process may run on (its affinity, as a batch job's cgroup sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def _map(fn: Callable[[_T], str], items: list[_T], nbytes: int) -> list[str]:
-    """``[fn(i) for i in items]``, on threads when there is enough work."""
-    if nbytes < _THREADS_FROM or len(items) < 8:
+    """``[fn(i) for i in items]``, on threads when there is enough work and more than
+    one CPU.
+
+    One thread per CPU (at most 4), each taking the next item until none is left: a
+    future per item cost more than it saved (5,000 small files hashed on 2 CPUs took
+    0.35 s on threads that way, 0.23 s on one; 0.18 s like this). The first error
+    stops the others at their next item and is raised.
+    """
+    workers = min(4, _workers())
+    if workers < 2 or nbytes < _THREADS_FROM or len(items) < 8:
         return [fn(i) for i in items]
+    import itertools
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = min(4, os.cpu_count() or 1) or 1
+    results: list[str] = [""] * len(items)
+    taken = itertools.count()  # next() on it is atomic: each index goes to one thread
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            while not failed:
+                i = next(taken)
+                if i >= len(items):
+                    return
+                results[i] = fn(items[i])
+        except BaseException as e:
+            failed.append(e)
+            raise
+
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items, chunksize=16))
+        done = [pool.submit(work) for _ in range(workers)]
+    if failed:
+        raise failed[0]
+    for future in done:
+        future.result()
+    return results
 
 
 def _copy_fd(src: int, dst: int, size: int) -> None:

@@ -482,3 +482,40 @@ def test_a_tree_id_is_never_a_path(tmp_path: Path, bad: str) -> None:
             call(bad)
     with pytest.raises(SnapshotError, match="not a snapshot id"):
         store.copy_tree_from(Store(str(tmp_path / "other")), bad)
+
+
+def test_map_on_threads_keeps_order_and_raises_the_first_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from distspec.snapshot import _fileops
+
+    monkeypatch.setattr(_fileops, "_workers", lambda: 3)
+    threads: set[int] = set()
+
+    def name(i: int) -> str:
+        import threading
+
+        threads.add(threading.get_ident())
+        time.sleep(0.001)  # let the others take items too
+        return f"item {i}"
+
+    items = list(range(200))
+    assert _fileops._map(name, items, 1 << 40) == [f"item {i}" for i in items]
+    assert len(threads) > 1  # it ran on threads
+    # Below the size it runs in this thread.
+    threads.clear()
+    assert _fileops._map(name, items, 10) == [f"item {i}" for i in items]
+    assert len(threads) == 1
+
+    done: list[int] = []
+
+    def fails(i: int) -> str:
+        if i == 20:
+            raise SnapshotError("item 20 is unreadable")
+        time.sleep(0.001)
+        done.append(i)
+        return ""
+
+    with pytest.raises(SnapshotError, match="item 20"):
+        _fileops._map(fails, items, 1 << 40)
+    assert len(done) < len(items) - 1  # the others stopped early
