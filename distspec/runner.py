@@ -376,8 +376,8 @@ class Runner:
         from distspec.snapshot import provenance
 
         try:
-            paths = sched.job_paths(handle.app_id, request)
-            if paths is None:
+            folder = self._provenance_folder(sched, handle.app_id, request)
+            if folder is None:
                 return
             snapshot = request.snapshot
             if snapshot is not None and snapshot.plan is None:
@@ -400,25 +400,34 @@ class Runner:
                 rerun_of=origin.rerun_of,
             )
             patch = state.patch() if state is not None else b""
-            provenance.write(paths.folder, data, patch)
+            provenance.write(folder, data, patch)
         except Exception as e:  # the job runs either way
             tell(f"distspec: {handle}: could not write its provenance record: {e}")
 
     def provenance(self, handle: AppHandle | str) -> dict[str, Any] | None:
         """The run's provenance record (:mod:`distspec.snapshot.provenance`), or None when
         it has none (submitted before distspec kept them, or its job folder is gone)."""
-        h, sched = self._resolve(handle)
-        sweep = self.sweep(h)
-        paths = sched.job_paths(h.app_id) if sweep is None else None
-        if sweep is not None:
-            from distspec.snapshot.provenance import read
-
-            return read(sweep.folder)
-        if paths is None:
-            return None
         from distspec.snapshot.provenance import read
 
-        return read(paths.folder)
+        h, sched = self._resolve(handle)
+        sweep = self.sweep(h)
+        if sweep is not None:
+            return read(sweep.folder)
+        folder = self._provenance_folder(sched, h.app_id)
+        return None if folder is None else read(folder)
+
+    def _provenance_folder(
+        self, sched: Scheduler[Any], app_id: str, request: Request | None = None
+    ) -> str | None:
+        """Where the run's provenance record is kept: its job folder; for a run without
+        one (Kubernetes without ``job_dir``), ``<state dir>/provenance/<scheduler>/<app
+        id>`` on the submitting machine. None for an app id that names no folder."""
+        paths = sched.job_paths(app_id, request)
+        if paths is not None:
+            return paths.folder
+        if not app_id or app_id in (".", "..") or "/" in app_id or "\0" in app_id:
+            return None
+        return os.path.join(os.fspath(self.config.state_dir), "provenance", sched.name, app_id)
 
     def run(self, app: AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None) -> AppHandle:
         """Compile and submit; returns at once with the handle."""

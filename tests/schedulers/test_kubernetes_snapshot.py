@@ -255,6 +255,44 @@ def test_pod_runs_the_snapshot_after_the_tree_changed(
     assert (dest / "marker").read_text() == "kept"
 
 
+def test_a_run_without_job_dir_keeps_its_provenance_in_the_state_dir(
+    repo: Path, api: FakeApiServer, state_dir: Path
+) -> None:
+    """Without ``job_dir`` a Kubernetes run has no job folder (and no snapshot): its
+    record is kept on the submitting machine, shown by describe, and rerun says the
+    code was not kept."""
+    from distspec.errors import UsageError
+    from distspec.snapshot.rerun import rerun_record
+
+    (repo / "train.py").write_text("print('edited')\n")  # a dirty tree, recorded as such
+    runner = Runner()
+    app = runner.bind(
+        _ddp(), ["-j", "1x1", "--image", "img:1", "--script", "train.py"], scheduler="kubernetes"
+    )
+    handle = runner.submit(runner.dryrun(app, "kubernetes", {"snapshot": "off"}))
+    folder = state_dir / "provenance" / "kubernetes" / handle.app_id
+    assert (folder / "provenance.json").is_file()
+    assert (folder / "snapshot.patch").read_text().count("+print('edited')") == 1
+    record = runner.provenance(handle)
+    assert record is not None and record["handle"] == handle.format()
+    assert record["snapshot"] is None
+    assert record["git"]["dirty"] is True
+    with pytest.raises(UsageError, match="ran without a snapshot"):
+        rerun_record(runner, handle.format())
+    # describe shows it
+    proc = subprocess.run(
+        [f"{VENV_BIN}/distspec", "describe", handle.format(), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert json.loads(proc.stdout)["provenance"]["handle"] == handle.format()
+
+
 # -- bad inputs ---------------------------------------------------------------------------
 
 
