@@ -28,6 +28,7 @@ import hashlib
 import os
 import time
 
+from distspec._files import write_atomic
 from distspec.errors import SnapshotError
 from distspec.snapshot._fileops import (
     _Build,
@@ -445,17 +446,8 @@ class Store:
                 [e.path, e.kind, e.size, e.executable, e.target, e.digest] for e in entries
             ],
         }
-        tmp = _tmp_name(os.path.dirname(path))
-        try:
-            with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(json.dumps(data, separators=(",", ":")))  # dump() encodes in Python
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        text = json.dumps(data, separators=(",", ":"))  # dump() encodes in Python
+        write_atomic(path, text.encode("utf-8", "surrogateescape"))
 
     def entries(self, tree_id: str) -> tuple[Entry, ...]:
         """The entries of a materialized tree, from its manifest.
