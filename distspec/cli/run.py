@@ -227,6 +227,9 @@ def submit_or_show(
                 from distspec.snapshot.policy import take
 
                 tell(f"distspec: the job runs the code snapshot {take(request.snapshot)}")
+                staged = runner.scheduler(request.scheduler).stage_snapshot(request)
+                if staged:
+                    tell(f"distspec: the code snapshot is {staged}")
             for path in written:
                 print(path)
         elif args.json:

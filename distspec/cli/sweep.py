@@ -69,7 +69,7 @@ def show_or_submit(runner: Runner, request: SweepRequest, args: argparse.Namespa
     scheduler = request.scheduler
     if args.dryrun:
         if args.output:
-            _write(request, args.output)
+            _write(runner, request, args.output)
             return 0
         if args.json:
             print_json(
@@ -119,7 +119,7 @@ def show_or_submit(runner: Runner, request: SweepRequest, args: argparse.Namespa
     return code
 
 
-def _write(request: SweepRequest, output: str) -> None:
+def _write(runner: Runner, request: SweepRequest, output: str) -> None:
     """``--dryrun -o DIR`` of a sweep: one array's files in DIR (each array's, or each
     point's, in a folder of its own when there are several), each with its
     ``submit.sh``; the snapshot the jobs run is taken now, as for one job."""
@@ -145,6 +145,9 @@ def _write(request: SweepRequest, output: str) -> None:
         from distspec.snapshot.policy import take
 
         tell(f"distspec: the jobs run the code snapshot {take(snapshot)}")
+        staged = runner.scheduler(request.scheduler).stage_snapshot(request.requests[0])
+        if staged:
+            tell(f"distspec: the code snapshot is {staged}")
     if request.max_parallel and several and not request.arrays:
         from distspec.runner import tell
 

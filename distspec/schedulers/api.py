@@ -469,6 +469,18 @@ class Scheduler(abc.ABC, Generic[OptsT]):
                     f"role {role.name!r}: script {script!r} not found (relative to {os.getcwd()})"
                 )
 
+    def stage_snapshot(self, request: Request) -> str | None:
+        """Put the code snapshot of ``request`` (already taken) where its job reads it,
+        for a backend whose nodes do not see the store; what it did, in a few words, or
+        None when there was nothing to do (the default: the nodes read the store).
+        :meth:`submit` calls it; so does ``run --dryrun -o``, whose ``submit.sh``
+        submits by hand.
+
+        Raises:
+            SchedulerError: it could not be staged.
+        """
+        return None
+
     @abc.abstractmethod
     def submit(self, request: Request) -> str:
         """Hand the request to the scheduler; returns the app id the scheduler knows it by."""

@@ -293,6 +293,31 @@ def test_a_run_without_job_dir_keeps_its_provenance_in_the_state_dir(
     assert json.loads(proc.stdout)["provenance"]["handle"] == handle.format()
 
 
+@pytest.mark.parametrize("sweep", [False, True])
+def test_dry_run_output_folder_uploads_the_archive_its_submit_sh_needs(
+    sweep: bool, repo: Path, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """``--dryrun -o DIR`` takes the snapshot and, on Kubernetes, uploads its archive
+    to job_dir, since the pods of the Job submit.sh creates fetch it from there; no
+    Kubernetes object is created."""
+    job_dir = f"file://{tmp_path}/shared/jobs"
+    out = tmp_path / "out"
+    argv = [f"{VENV_BIN}/distspec", "run", "-s", "kubernetes", "--dryrun", "-o", str(out)]
+    argv += ["-cfg", "snapshot=on", "-cfg", f"job_dir={job_dir}"]
+    if sweep:
+        argv += ["--sweep", "x=1,2"]
+    argv += ["dist.ddp", "-j", "1x1", "--image", "img:1", "--script", "train.py"]
+    argv += ["--", "--x", "{{x}}"] if sweep else []
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    archives = list((tmp_path / "shared" / "jobs" / "snapshots").iterdir())
+    assert len(archives) == 1 and archives[0].name.endswith(".tar.gz"), archives
+    assert f"the code snapshot is uploaded to {job_dir}/snapshots/" in proc.stderr
+    with tarfile.open(archives[0]) as tar:
+        assert "train.py" in tar.getnames()
+    assert not [p for m, p in api.requests if m == "POST"]
+
+
 # -- bad inputs ---------------------------------------------------------------------------
 
 

@@ -308,13 +308,20 @@ class KubernetesScheduler(Scheduler[KubernetesOptions]):
 
     # -- submit ----------------------------------------------------------------
 
+    def stage_snapshot(self, request: Request) -> str | None:
+        """Upload the snapshot's archive to ``job_dir`` (once per tree: an archive of the
+        same content already there is kept); the URL it is at."""
+        if request.snapshot is None:
+            return None
+        url = upload(request.snapshot, require_job_dir(request.options.job_dir))
+        return f"uploaded to {url}"
+
     def submit(self, request: Request) -> str:
         """Create the objects of ``request``; returns ``<namespace>:<id>``. A request
         that runs from a snapshot has its archive uploaded to ``job_dir`` first (once
         per tree); when that fails, nothing is created."""
         opts: KubernetesOptions = request.options
-        if request.snapshot is not None:
-            upload(request.snapshot, require_job_dir(opts.job_dir))
+        self.stage_snapshot(request)
         self._create(request, dry_run=False)
         self._save_record(
             opts.namespace,
