@@ -12,6 +12,7 @@ The tree::
     │   ├── SchedulerNotFound         no backend by that name
     │   ├── HandleError               a malformed ``scheduler://session/app_id``
     │   ├── CompileError              this AppDef cannot run on this backend
+    │   │   └── ArrayTooLarge         a sweep array over what one array job can hold (split it)
     │   ├── RuntimeEnvError           in the job: launcher variables missing or in conflict
     │   ├── CallableError             a function or its arguments that cannot be sent to a job
     │   ├── SnapshotError             the code cannot be snapshotted (size cap, unreadable file, full disk)
@@ -36,6 +37,7 @@ __all__ = [
     "EXIT_USAGE",
     "AppNotFound",
     "ArgumentError",
+    "ArrayTooLarge",
     "CallableError",
     "CompileError",
     "ComponentError",
@@ -120,6 +122,11 @@ class CompileError(UsageError):
     def __init__(self, scheduler: str, message: str) -> None:
         self.scheduler = scheduler
         super().__init__(f"{scheduler}: {message}")
+
+
+class ArrayTooLarge(CompileError):
+    """A sweep array whose points take more than one array job of this backend can hold
+    (a Kubernetes points ConfigMap over 1 MB): fewer points per array fit."""
 
 
 class RuntimeEnvError(UsageError):

@@ -206,6 +206,29 @@ def plan_sweep(
             )
         except CompileError as e:
             why = str(e)
+        if len(requests) > 1 and max_parallel and not sched.capabilities.dependencies:
+            # No array can wait for another here: --max-parallel is shared out instead.
+            share = max_parallel // len(requests)
+            if share < 1:
+                raise UsageError(
+                    f"--max-parallel {max_parallel}: these points are {len(requests)} arrays "
+                    f"on {scheduler}, which cannot hold one until another ends, so each "
+                    f"runs at least one point at a time; give --max-parallel "
+                    f"{len(requests)} or more, or leave it out"
+                )
+            requests = _arrays(
+                runner,
+                template,
+                sweep,
+                scheduler,
+                cfg,
+                opts,
+                share,
+                after,
+                snapshot,
+                rerun_of,
+                keep_out,
+            )
     elif template is not None:
         why = f"{scheduler} runs no job arrays"
     if not requests:
@@ -276,27 +299,40 @@ def _arrays(
     rerun_of: str | None,
     keep_out: Sequence[str],
 ) -> list[Request]:
-    """The arrays that run every point: one, or one per ``max_array_size`` points."""
+    """The arrays that run every point: one, or one per ``max_array_size`` points; an
+    array the backend finds too large (:class:`~distspec.errors.ArrayTooLarge`: a
+    Kubernetes points ConfigMap over 1 MB) is split in two until each fits."""
+    from distspec.errors import ArrayTooLarge
     from distspec.runner import new_app_id
     from distspec.schedulers.api import Points
 
     sched = runner.scheduler(scheduler)
     size = sched.max_array_size(opts) or len(sweep)
+    todo = [(first, min(size, len(sweep) - first)) for first in range(0, len(sweep), size)]
+    todo.reverse()  # a stack: arrays come out in the order of their points
     requests = []
-    for first in range(0, len(sweep), size):
-        values = tuple(sweep.points[first : first + size])
+    while todo:
+        first, count = todo.pop()
+        values = tuple(sweep.points[first : first + count])
         points = Points(names=sweep.names, values=values, first=first, max_parallel=max_parallel)
-        request = runner.dryrun(
-            template,
-            scheduler,
-            cfg,
-            app_id=new_app_id(template.name),
-            snapshot=snapshot,
-            rerun_of=rerun_of,
-            after=after,
-            points=points,
-            keep_out=keep_out,
-        )
+        try:
+            request = runner.dryrun(
+                template,
+                scheduler,
+                cfg,
+                app_id=new_app_id(template.name),
+                snapshot=snapshot,
+                rerun_of=rerun_of,
+                after=after,
+                points=points,
+                keep_out=keep_out,
+            )
+        except ArrayTooLarge:
+            if count == 1:
+                raise
+            half = count // 2
+            todo += [(first + half, count - half), (first, half)]
+            continue
         snapshot = request.snapshot  # planned once, shared by every array
         requests.append(request)
     return requests

@@ -39,7 +39,9 @@ def submit_sweep(runner: Runner, request: SweepRequest) -> SweepRecord:
     handles: list[str] = []
     arrays: list[tuple[str, int, int]] = []
     submitted: list[str] = []  # app id of each request submitted
-    k = request.max_parallel
+    # Where nothing can wait for another job (Kubernetes), plan_sweep shared
+    # --max-parallel out among the arrays instead.
+    k = request.max_parallel if sched.capabilities.dependencies else None
     try:
         for n, req in enumerate(request.requests):
             if snapshot is not None:

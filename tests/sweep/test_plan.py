@@ -150,3 +150,78 @@ def test_binding_again_reuses_nothing_it_should_not(work: Path) -> None:
     assert (nproc(c), nproc(d)) == ("3", "2")
     echo = bind(load("utils.echo"), ["--msg", "hi"])
     assert echo.roles[0].args[-1] == "hi"
+
+
+K8S_ARGS = ["-j", "1x1", "--image", "img:1", "--script", "train.py", "--", "--v", "{{v}}"]
+
+
+def _k8s_plan(defs: list[str], **kw: object) -> object:
+    return plan_sweep(
+        Runner(),
+        load("dist.ddp"),
+        K8S_ARGS,
+        parse(defs),
+        "kubernetes",
+        CFG,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_kubernetes_points_over_a_configmap_are_split_into_arrays(work: Path) -> None:
+    """800 points of 2 KB take 1.6 MB, over the 1 MB a points ConfigMap holds: they are
+    split into arrays that fit (not one Job per point), in the order of the points, and
+    --max-parallel is shared out among them (Kubernetes cannot chain them)."""
+    import yaml
+
+    from distspec.schedulers.kubernetes.array import MAX_POINTS_TEXT
+
+    values = [f"{i:04d}" + "x" * 1996 for i in range(800)]
+    req = _k8s_plan(["v=" + ",".join(values)], max_parallel=7)
+    requests = req.requests  # type: ignore[attr-defined]
+    assert req.arrays and len(requests) == 2  # type: ignore[attr-defined]
+    assert [r.points.first for r in requests] == [0, 400]
+    assert [v for r in requests for (v,) in r.points.values] == values
+    for r in requests:
+        config_map, job = [d for d in yaml.safe_load_all(r.render()) if d]
+        text = next(iter(config_map["data"].values()))
+        assert len(text.encode()) <= MAX_POINTS_TEXT
+        assert job["spec"]["parallelism"] == 3  # 7 shared by 2 arrays: never more than 7
+    with pytest.raises(UsageError, match="--max-parallel 1: these points are 2 arrays"):
+        _k8s_plan(["v=" + ",".join(values)], max_parallel=1)
+
+
+def test_a_kubernetes_point_too_big_for_any_array_runs_as_its_own_job(work: Path) -> None:
+    big = "y" * 1_100_000
+    req = _k8s_plan([f"v=small,{big}"])
+    assert not req.arrays and len(req.requests) == 2  # type: ignore[attr-defined]
+    assert "ConfigMap holds at most" in req.why_not_array  # type: ignore[attr-defined]
+
+
+def test_kubernetes_arrays_are_submitted_side_by_side(work: Path) -> None:
+    """Two arrays of one sweep on Kubernetes: both submitted, and neither compiled to
+    wait for the other (Kubernetes has no dependencies; the share of --max-parallel
+    keeps the total)."""
+    values = [f"{i:04d}" + "x" * 1996 for i in range(800)]
+    runner = Runner()
+    sched = runner.scheduler("kubernetes")
+    submitted: list[object] = []
+
+    def submit(request: object) -> str:
+        submitted.append(request)
+        return f"default:{request.app_id}"  # type: ignore[attr-defined]
+
+    sched.submit = submit  # type: ignore[method-assign]
+    req = plan_sweep(
+        runner,
+        load("dist.ddp"),
+        K8S_ARGS,
+        parse(["v=" + ",".join(values)]),
+        "kubernetes",
+        CFG,
+        max_parallel=8,
+    )
+    record = submit_sweep(runner, req)
+    assert len(submitted) == 2
+    assert [r.after for r in submitted] == [(), ()]  # type: ignore[attr-defined]
+    assert [r.points.max_parallel for r in submitted] == [4, 4]  # type: ignore[attr-defined]
+    assert len(record.handles) == 800

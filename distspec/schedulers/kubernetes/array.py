@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from distspec.errors import CompileError
+from distspec.errors import ArrayTooLarge, CompileError
 from distspec.schedulers.kubernetes.expansion import k8s_escape
 from distspec.schedulers.kubernetes.manifest import POINTS_FILE_ENV, sweep_manifests
 from distspec.schedulers.kubernetes.names import NAME, k8s_id
@@ -138,9 +138,10 @@ def points_text(points: Points) -> str:
     text = "".join(lines)
     size = len(text.encode())
     if size > MAX_POINTS_TEXT:
-        raise _fail(
-            f"the points of this sweep take {size:,} bytes, and a ConfigMap holds at most "
-            f"{MAX_POINTS_TEXT:,}: use fewer points per array or shorter values"
+        raise ArrayTooLarge(
+            NAME,
+            f"the points of this array take {size:,} bytes, and a ConfigMap holds at most "
+            f"{MAX_POINTS_TEXT:,}: use fewer points per array or shorter values",
         )
     return text
 
