@@ -52,9 +52,6 @@ if TYPE_CHECKING:
     from distspec.schedulers.api import Dependency, JobPaths, Points, Request
     from distspec.specs.app import AppDef
 
-#: ``max_array_size`` has not asked the cluster yet.
-_UNREAD = -1
-
 __all__ = ["SlurmScheduler"]
 
 
@@ -86,8 +83,9 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         self._accounting: bool | None = None
         # (state, query) last reported per job: see _status().
         self._seen: dict[str, tuple[AppState, str]] = {}
-        # MaxArraySize as max_array_size() read it (None: unknown), or _UNREAD.
-        self._max_array: int | None = _UNREAD
+        # MaxArraySize as max_array_size() read it (None: unknown or not read yet).
+        self._max_array: int | None = None
+        self._max_array_read = False
 
     # -- pure ------------------------------------------------------------------
 
@@ -127,7 +125,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
                 carried (a NUL byte).
         """
         n = len(points.values)
-        limit = None if self._max_array == _UNREAD else self._max_array
+        limit = self._max_array
         if limit is not None and n > limit:
             raise CompileError(
                 NAME,
@@ -149,7 +147,8 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         most that many tasks, 0..MaxArraySize-1), asked once per scheduler object; None
         when it cannot be read (then nothing is split or refused here: sbatch has the
         last word)."""
-        if self._max_array == _UNREAD:
+        if not self._max_array_read:
+            self._max_array_read = True
             try:
                 result = self._run(["scontrol", "show", "config"], "scontrol show config", ok=False)
             except SchedulerError:  # no scontrol here
