@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from functools import cache
-from typing import TYPE_CHECKING
 
 from distspec.frozen import FrozenDict, frozen
 from distspec.schedulers.api import AppSummary
 from distspec.schedulers.batch.folder import exit_code, replica_exit, replica_host, replica_state
 from distspec.specs.state import AppState, AppStatus, ReplicaStatus, RoleStatus
-
-if TYPE_CHECKING:
-    from datetime import datetime
 
 __all__ = [
     "SLURM_STATES",
@@ -201,13 +196,6 @@ class JobInfo:
 _TIME_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", re.ASCII)
 
 
-@cache
-def _datetime() -> type[datetime]:
-    from datetime import datetime  # imported once, when a time is first read
-
-    return datetime
-
-
 def _slurm_time(text: str) -> float | None:
     """A Slurm time (``2026-11-23T15:26:35``, local time) as a POSIX time, the same as
     ``time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))``; None for ``Unknown``,
@@ -218,11 +206,13 @@ def _slurm_time(text: str) -> float | None:
     also takes ISO forms (week dates, offsets) that strptime refuses. A wall time that
     a DST change makes happen twice is read as its first occurrence.
     """
+    from datetime import datetime  # here, not at import: a dry run reads no time
+
     text = text.strip()
     if len(text) != 19 or _TIME_SHAPE.fullmatch(text) is None:
         return None
     try:
-        return _datetime().fromisoformat(text).timestamp()
+        return datetime.fromisoformat(text).timestamp()
     except (ValueError, OverflowError, OSError):
         pass
     # What datetime refuses and mktime takes: a leap second (:60), year 1 east of UTC.
