@@ -190,20 +190,25 @@ def plan_sweep(
     opts = runner.options(scheduler, cfg)
     requests: list[Request] = []
     if template is not None and sched.capabilities.arrays:
-        try:
-            requests = _arrays(
+        bound = template  # the closure below sees it as not None
+
+        def arrays(parallel: int | None) -> list[Request]:
+            return _arrays(
                 runner,
-                template,
+                bound,
                 sweep,
                 scheduler,
                 cfg,
                 opts,
-                max_parallel,
+                parallel,
                 after,
                 snapshot,
                 rerun_of,
                 keep_out,
             )
+
+        try:
+            requests = arrays(max_parallel)
         except CompileError as e:
             why = str(e)
         if len(requests) > 1 and max_parallel and not sched.capabilities.dependencies:
@@ -216,19 +221,7 @@ def plan_sweep(
                     f"runs at least one point at a time; give --max-parallel "
                     f"{len(requests)} or more, or leave it out"
                 )
-            requests = _arrays(
-                runner,
-                template,
-                sweep,
-                scheduler,
-                cfg,
-                opts,
-                share,
-                after,
-                snapshot,
-                rerun_of,
-                keep_out,
-            )
+            requests = arrays(share)
     elif template is not None:
         why = f"{scheduler} runs no job arrays"
     if not requests:
