@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -788,6 +789,13 @@ def test_a_run_whose_first_record_cannot_be_written_does_not_start(
 # -- interrupted submits (Ctrl-C at any moment) ---------------------------------------
 
 
+#: CPython's report of a KeyboardInterrupt it could not raise (and dropped).
+_SWALLOWED = re.compile(
+    r"Exception ignored in: [^\n]*\nTraceback \(most recent call last\):\n"
+    r"(?:  [^\n]*\n)*KeyboardInterrupt: ?\n"
+)
+
+
 def test_ctrl_c_during_run_leaves_a_job_or_nothing(state_dir: Path, tmp_path: Path) -> None:
     """SIGINT at 16 moments across `run`: afterwards either no run directory and no
     process of it, or a run with a state file that `status` follows; never a
@@ -816,6 +824,10 @@ def test_ctrl_c_during_run_leaves_a_job_or_nothing(state_dir: Path, tmp_path: Pa
         time.sleep(0.03 * i)  # where in `run` the Ctrl-C lands (no assertion on time)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
+        # A SIGINT that lands in a callback of the import system (a module lock's
+        # weakref) is printed by CPython as "Exception ignored in: ..." and dropped: the
+        # CLI then runs on as if no Ctrl-C had come, and the cases below still hold.
+        err = _SWALLOWED.sub("", err)
         new = (set(os.listdir(root)) if root.exists() else set()) - before
         assert len(new) <= 1
         if "Traceback" in err:
