@@ -26,6 +26,7 @@ __all__ = [
     "RANK_PREFIX_ENV",
     "RANK_PREFIX_TEMPLATE",
     "TERMINATE_AT_EXIT",
+    "WORKER_EXEC_ENV",
     "RootCause",
     "aborted_at_exit",
     "exit_code_of",
@@ -36,6 +37,7 @@ __all__ = [
     "signal_name",
     "split_rank",
     "torchrun_root_cause",
+    "worker_exec_line",
 ]
 
 #: The variable torchrun reads the template of its ``--tee`` line prefix from.
@@ -46,6 +48,12 @@ RANK_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 #: instead, in the form torch's own exception hook uses (``[rank3]: ``), so one parser
 #: (:func:`split_rank`) recovers the rank of a line.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+
+#: The variable a submitted job finds distspec's worker Python in
+#: (``distspec/runtime/worker-python``, set by the submitting process): torchrun's
+#: ``PYTHON_EXEC`` is pointed at it, so each worker's stderr joins its stdout and one
+#: rank's lines keep their order (see :func:`worker_exec_line`).
+WORKER_EXEC_ENV = "DISTSPEC_WORKER_EXEC"
 
 #: What the C++ runtime prints when a process ends while a ``std::thread`` is still
 #: joinable: torch's process-group threads, when a script returns without
@@ -350,6 +358,22 @@ def _last_said(said: Sequence[str]) -> str:
         if text.strip():
             return text.strip()
     return ""
+
+
+def worker_exec_line() -> str:
+    """The shell line a job runs before a torchrun command: ``PYTHON_EXEC`` (the
+    program torchrun starts each worker with, ``sys.executable`` by default) becomes
+    distspec's worker Python when the job names one in :data:`WORKER_EXEC_ENV` and
+    this node can run it, unless the job sets ``PYTHON_EXEC`` itself. That program
+    joins the worker's stderr to its stdout: torchrun's ``--tee`` copies a worker's
+    two files from two threads, which loses the order between a rank's prints and its
+    traceback; one stream keeps it. A node that does not see distspec's installation
+    keeps torchrun's default. No single quote: the line may go into a single-quoted
+    ``bash -c`` word."""
+    return (
+        f'[ -x "${{{WORKER_EXEC_ENV}:-}}" ] && '
+        f'export PYTHON_EXEC="${{PYTHON_EXEC:-${WORKER_EXEC_ENV}}}"'
+    )
 
 
 # -- what a failed rank said ---------------------------------------------------------------

@@ -30,13 +30,15 @@ except ImportError:  # pragma: no cover - the dev environment has torch
     torch_missing = True
 needs_torch = pytest.mark.skipif(torch_missing, reason="torch is not installed")
 
-#: Every rank prints LINES numbered lines, flushing each (a worker under torchrun).
+#: Every rank prints LINES numbered lines, flushing each (a worker under torchrun),
+#: and after every ERR_EVERY-th one a line on stderr.
+ERR_EVERY = 10
 NUMBERED = """\
 import os, sys
 rank = os.environ.get("RANK", "x")
 for i in range({lines}):
     print(f"seq {{rank}} {{i}}", flush=True)
-    if i % 50 == 0:
+    if i % 10 == 0:  # ERR_EVERY
         print(f"err {{rank}} {{i}}", file=sys.stderr, flush=True)
 """
 
@@ -53,12 +55,18 @@ def cli(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProc
 
 
 def numbered(stdout: str, ranks: int, lines: int) -> None:
-    """Each rank's numbered lines are there exactly once, in order, prefixed once."""
+    """Each rank's numbered lines are there exactly once, prefixed once, in the order
+    the rank wrote them across stdout and stderr: each ``err`` line right after the
+    ``seq`` line before it (torchrun's --tee copies the two streams from two threads;
+    distspec's worker Python joins them)."""
     for rank in range(ranks):
-        got = re.findall(rf"^\S+/\d+ rank {rank}\| seq {rank} (\d+)$", stdout, re.M)
-        assert [int(i) for i in got] == list(range(lines)), f"rank {rank}:\n{stdout[-3000:]}"
-        errs = re.findall(rf"^\S+/\d+ rank {rank}\| err {rank} (\d+)$", stdout, re.M)
-        assert [int(i) for i in errs] == list(range(0, lines, 50))
+        got = re.findall(rf"^\S+/\d+ rank {rank}\| (seq|err) {rank} (\d+)$", stdout, re.M)
+        want = []
+        for i in range(lines):
+            want.append(("seq", str(i)))
+            if i % ERR_EVERY == 0:
+                want.append(("err", str(i)))
+        assert got == want, f"rank {rank}:\n{stdout[-3000:]}"
     # No line carries torchrun's or torch's own prefixes any more.
     assert not re.search(r"\[rank\d+\]:|\[\w+\d\]:", stdout), stdout[-3000:]
 
@@ -81,7 +89,7 @@ def test_run_wait_streams_every_rank_exactly_once(
     handle = proc.stdout.splitlines()[0]
     one = cli("log", handle, "--rank", str(ranks - 1), cwd=tmp_path)
     assert one.returncode == 0, one.stderr
-    assert len(one.stdout.splitlines()) == lines + lines // 50
+    assert len(one.stdout.splitlines()) == lines + lines // ERR_EVERY
     assert all(f" rank {ranks - 1}| " in ln for ln in one.stdout.splitlines())
     tail = cli(
         "log", handle, "--rank", "0", "--regex", "^seq", "--tail", "2", "--raw", cwd=tmp_path
@@ -186,6 +194,44 @@ def test_failure_ends_with_the_failing_ranks_traceback(state_dir: Path, tmp_path
     assert "run directory: " in err
     # The traceback was also streamed live, prefixed once.
     assert "boom/0 rank 1| ValueError: boom from rank 1" in proc.stdout
+
+
+@needs_torch
+@pytest.mark.torch
+def test_a_ranks_progress_comes_before_its_traceback(state_dir: Path, tmp_path: Path) -> None:
+    # A rank prints its progress (stdout) with warnings between (stderr), then fails at
+    # once (the traceback, stderr). torchrun's --tee copied the two streams from two
+    # threads: the traceback could come before the last progress lines, and the
+    # summary then quoted a traceback with progress lines inside it.
+    (tmp_path / "late_fail.py").write_text(
+        "import os, sys\n"
+        "rank = os.environ['RANK']\n"
+        "for i in range(100):\n"
+        "    print(f'step {i}')\n"
+        "    if i % 7 == 0:\n"
+        "        print(f'warn {i}', file=sys.stderr)\n"
+        "if rank == '1':\n"
+        "    raise RuntimeError('failed after step 99')\n"
+    )
+    proc = cli("run", "--wait", "dist.ddp", "-j", "1x2", "--script", "late_fail.py", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    for rank in (0, 1):
+        said = re.findall(rf"^late_fail/0 rank {rank}\| (.*)$", proc.stdout, re.M)
+        want = []
+        for i in range(100):
+            want.append(f"step {i}")
+            if i % 7 == 0:
+                want.append(f"warn {i}")
+        assert said[: len(want)] == want, proc.stdout[-3000:]
+        if rank == 1:
+            assert said[len(want)] == "Traceback (most recent call last):", said[len(want) :]
+            assert said[-1] == "RuntimeError: failed after step 99", said[len(want) :]
+    block = proc.stderr[proc.stderr.index("--- rank 1: last") :]
+    body = block.split("\n---\n")[0].splitlines()[1:]
+    assert body[0] == "Traceback (most recent call last):", block
+    assert body[-1] == "RuntimeError: failed after step 99", block
+    assert not any(line.startswith(("step ", "warn ")) for line in body), block
+    assert "rank 1 on localhost exited with 1" in proc.stderr, proc.stderr
 
 
 @needs_torch

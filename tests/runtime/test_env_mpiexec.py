@@ -27,7 +27,10 @@ DETECT = (
     "    e = detect()\n"
     "except RuntimeEnvError as err:\n"
     "    print('ERROR ' + str(err), flush=True); sys.exit(3)\n"
-    "print('DETECT ' + json.dumps(e.to_dict()), flush=True)\n"
+    # One write for the whole line: print() unbuffered writes the text and its newline
+    # separately, and mpiexec, copying both ranks' output, can put the other rank's
+    # line between the two (seen once: two JSON objects on one line).
+    "sys.stdout.write('DETECT ' + json.dumps(e.to_dict()) + '\\n'); sys.stdout.flush()\n"
 )
 
 

@@ -139,7 +139,8 @@ def test_one_node_runs_directly_and_many_use_the_launcher() -> None:
 
 
 def test_common_case_scripts_are_short() -> None:
-    """#13: one role without retries reads like a hand-written script (< 40 lines)."""
+    """#13: one role without retries reads like a hand-written script (< 40 lines when
+    #13 set it; 40 since each torchrun command has its worker-Python line, #21)."""
     for nodes, opts in (
         (1, {}),
         (2, {}),
@@ -147,7 +148,7 @@ def test_common_case_scripts_are_short() -> None:
         (64, {"resource_style": "nodes"}),
     ):
         text = _compile(_app(_role(nodes, 8, gpu=8)), **opts)
-        assert len(text.splitlines()) < 40, text
+        assert len(text.splitlines()) <= 40, text
         assert "distspec_wait" not in text and "attempt" not in text
 
 

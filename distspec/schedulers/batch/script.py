@@ -16,6 +16,8 @@ from distspec.errors import CompileError
 from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.specs.app import NAME_CHARS, Role
 from distspec.specs.placeholders import Var
+from distspec.torchrun import TORCHRUN
+from distspec.torchrun_output import worker_exec_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -97,8 +99,12 @@ def env_exports(role: Role, values: MacroValues) -> list[str]:
     """``export KEY=VALUE`` for the role's env; when it runs from a code snapshot, then a
     check that this node sees it (one clear line and exit 2 where the snapshot store is
     on a disk only the submitting machine has). No single quote: the lines may go into
-    a single-quoted ``bash -c`` word."""
+    a single-quoted ``bash -c`` word. Before a torchrun command, the line that starts
+    its workers with their stderr joined to their stdout
+    (:func:`~distspec.torchrun_output.worker_exec_line`)."""
     lines = [f"export {key}={shell_word(value, values)}" for key, value in role.env.items()]
+    if role.entrypoint == TORCHRUN and "PYTHON_EXEC" not in role.env:
+        lines.append(worker_exec_line())
     if _SNAPSHOT_ENV in role.env:
         lines.append(
             f'[ -d "${_SNAPSHOT_ENV}" ] || {{ echo "distspec: the code snapshot '

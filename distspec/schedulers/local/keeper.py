@@ -25,7 +25,12 @@ from distspec.schedulers.local.processes import (
     prctl,
     reap,
 )
-from distspec.torchrun_output import exit_code_of, signal_name, torchrun_root_cause
+from distspec.torchrun_output import (
+    WORKER_EXEC_ENV,
+    exit_code_of,
+    signal_name,
+    torchrun_root_cause,
+)
 
 # The idiom mypy understands without importing typing (~4 ms of the supervisor's start).
 TYPE_CHECKING = False
@@ -34,8 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CombinedLog", "Keeper", "lost_note", "size_text"]
 
-#: How many of the command's last stderr lines are kept for torchrun's report.
+#: How many of the command's last lines are kept for torchrun's report: of stderr,
+#: where torchrun writes it, and of both streams in the order read (the worker lines
+#: before it, which with distspec's worker Python are on torchrun's stdout).
 _TAIL_LINES = 400
+_BOTH_TAIL_LINES = 1000
 #: Of output that could not be written: how many of its last records a keeper keeps,
 #: each cut to this size, and how much of them its exit message carries (the whole
 #: message must stay below PIPE_BUF, 4096 bytes, to be written atomically).
@@ -126,7 +134,7 @@ class Keeper:
             os.close(out_w)
             os.close(err_w)
         self._send({"t": "started", "pid": child})
-        status, tail = self._pump(child, wake_r, {out_r: "stdout", err_r: "stderr"}, logs, log)
+        status, tails = self._pump(child, wake_r, {out_r: "stdout", err_r: "stderr"}, logs, log)
 
         returncode = os.waitstatus_to_exitcode(status)
         reason = ""
@@ -136,7 +144,11 @@ class Keeper:
             if self.kill_now and self.reason:
                 reason += f" ({self.reason})"
         elif returncode != 0:
-            found = torchrun_root_cause(tail, rep["role"])
+            # Both streams first (the failed rank's last line comes from them); the
+            # report alone when a flood of stdout read after it pushed it out.
+            found = torchrun_root_cause(tails[1], rep["role"]) or torchrun_root_cause(
+                tails[0], rep["role"]
+            )
             if found is not None:
                 exit_code, reason = found
                 reason += f"; torchrun exited with {returncode}"
@@ -160,12 +172,13 @@ class Keeper:
         streams: dict[int, str],
         logs: dict[str, int],
         log: CombinedLog,
-    ) -> tuple[int, list[str]]:
+    ) -> tuple[int, tuple[list[str], list[str]]]:
         """Copy the command's output (``streams``: read end -> ``stdout``/``stderr``)
         into its logs until it has exited and nothing of it holds a pipe open; kill
         its tree on SIGUSR1 and when it ends. Returns its wait status and its last
-        stderr lines."""
+        lines: of stderr, and of both streams in the order read."""
         tail: list[str] = []
+        both: list[str] = []
         partial = dict.fromkeys(streams, b"")
         tags = {"stdout": b"O", "stderr": b"E"}
         open_fds = set(streams)
@@ -209,8 +222,11 @@ class Keeper:
                 if lines:
                     now = f"{time.time():.6f} ".encode()
                     log.write([now + tag + b" " + ln + b"\n" for ln in lines])
+                    text = [ln.decode("utf-8", "replace") for ln in lines]
+                    both.extend(text)
+                    del both[:-_BOTH_TAIL_LINES]
                     if tag == b"E":
-                        tail.extend(ln.decode("utf-8", "replace") for ln in lines)
+                        tail.extend(text)
                         del tail[:-_TAIL_LINES]
             reap(reaped)
             if status is None and child in reaped:
@@ -218,7 +234,7 @@ class Keeper:
                 # Whatever the command left behind dies with it.
                 kill_tree(set(), reaped)
         kill_tree(set(), reaped)
-        return status, tail
+        return status, (tail, both)
 
 
 class CombinedLog:
@@ -322,6 +338,10 @@ def _spawn(rep: dict[str, Any], out_w: int, err_w: int) -> int:
     """fork + exec the replica's command; an exec failure is raised here as OSError."""
     env = dict(os.environ)
     env.update(rep["env"])
+    worker = env.get(WORKER_EXEC_ENV, "")
+    if rep.get("worker_exec") and "PYTHON_EXEC" not in env and os.access(worker, os.X_OK):
+        # As worker_exec_line in the batch scripts: each worker's stderr joins its stdout.
+        env["PYTHON_EXEC"] = worker
     path_extra = rep.get("path_prepend")
     if path_extra:
         env["PATH"] = path_extra + os.pathsep + env.get("PATH", "")

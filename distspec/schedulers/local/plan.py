@@ -5,8 +5,10 @@ The plan lists every replica with everything it needs, every macro already
 substituted: ``argv``, ``env`` (the role's, plus ``PYTHONUNBUFFERED``,
 ``CUDA_VISIBLE_DEVICES`` when asked for, and ``DISTSPEC_APP_ID``,
 ``DISTSPEC_ROLE_NAME``, ``DISTSPEC_REPLICA_ID``), ``cwd`` (the option, else the
-role's image; None: where ``distspec run`` starts), ``prepend_cwd`` and its three
-log files; per role the
+role's image; None: where ``distspec run`` starts), ``prepend_cwd``, its three
+log files and ``worker_exec`` (a torchrun command whose workers the supervisor starts
+with distspec's worker Python, see
+:func:`~distspec.torchrun_output.worker_exec_line`); per role the
 retry policy and ``max_retries``; the options the supervisor applies
 (``grace_period``); and, for a run with dependencies (``run --after``), ``after``:
 one ``{"app_id", "run_dir", "condition"}`` per run it waits for, ``run_dir`` being
@@ -24,7 +26,7 @@ import json
 from distspec.schedulers.local.files import PLAN_FILE
 from distspec.schedulers.logs import log_file_name
 from distspec.specs.macros import Macro
-from distspec.torchrun import job_rdzv_port
+from distspec.torchrun import TORCHRUN, job_rdzv_port
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,6 +103,10 @@ def build_plan(
                     "stdout": f"logs/{log_file_name(role.name, i, 'stdout')}",
                     "stderr": f"logs/{log_file_name(role.name, i, 'stderr')}",
                     "log": LOG_PATTERN.format(role=role.name, replica=i),
+                    # torchrun starts the workers with distspec's worker Python (their
+                    # stderr joined to their stdout), as worker_exec_line does in the
+                    # batch scripts, unless PYTHON_EXEC is set.
+                    "worker_exec": role.entrypoint == TORCHRUN and "PYTHON_EXEC" not in env,
                 }
             )
         roles.append(
