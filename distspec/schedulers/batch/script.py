@@ -103,14 +103,14 @@ def env_exports(role: Role, values: MacroValues) -> list[str]:
     its workers with their stderr joined to their stdout
     (:func:`~distspec.torchrun_output.worker_exec_line`)."""
     lines = [f"export {key}={shell_word(value, values)}" for key, value in role.env.items()]
-    if role.entrypoint == TORCHRUN and "PYTHON_EXEC" not in role.env:
-        lines.append(worker_exec_line())
     if _SNAPSHOT_ENV in role.env:
         lines.append(
             f'[ -d "${_SNAPSHOT_ENV}" ] || {{ echo "distspec: the code snapshot '
             f"${_SNAPSHOT_ENV} is not on $(hostname): keep the snapshot store (the state "
             'dir, or -cfg job_dir) on a file system every node mounts" >&2; exit 2; }'
         )
+    if role.entrypoint == TORCHRUN and "PYTHON_EXEC" not in role.env:
+        lines.append(worker_exec_line())
     return lines
 
 
