@@ -416,6 +416,15 @@ class Runner:
         folder = self._provenance_folder(sched, h.app_id)
         return None if folder is None else read(folder)
 
+    def job_folder(self, handle: AppHandle | str) -> str | None:
+        """The run's job folder (a local path, or an fsspec URL on Kubernetes), where
+        it keeps its logs, ``runtime.json`` and ``metrics.jsonl``; None when it keeps
+        none this machine can name. Raises AppNotFound for a malformed handle or an
+        unknown scheduler."""
+        h, sched = self._resolve(handle)
+        paths = sched.job_paths(h.app_id)
+        return None if paths is None else paths.folder
+
     def _provenance_folder(
         self, sched: Scheduler[Any], app_id: str, request: Request | None = None
     ) -> str | None:

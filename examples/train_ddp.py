@@ -9,7 +9,9 @@ on GPUs with nccl; ``distspec.runtime.init()`` finds out where it is::
 
 Every rank draws its own synthetic batches (seeded by rank), gradients are
 averaged by DistributedDataParallel, the loss printed by rank 0 is the mean over
-all ranks and goes down. Rank 0 saves a checkpoint at the end, by default into the
+all ranks and goes down; every ``--metrics-every`` steps the same mean goes into the
+job's metrics history (``distspec.runtime``'s ``Dist.log``: ``distspec metrics``
+prints it). Rank 0 saves a checkpoint at the end, by default into the
 job's folder (``$DISTSPEC_JOB_DIR``: the local run directory, or the Slurm/PBS job
 folder on the file system the nodes share), so it outlives the job and is found
 beside its logs; without one (a plain ``torchrun``) into the working directory.
@@ -37,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     parser.add_argument("--hidden", type=int, default=64, help="hidden layer width")
     parser.add_argument("--log-every", type=int, default=50, help="print the loss every N steps")
+    parser.add_argument(
+        "--metrics-every",
+        type=int,
+        default=10,
+        help="record the loss in the job's metrics history every N steps (distspec metrics)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="base random seed")
     parser.add_argument(
         "--checkpoint",
@@ -109,6 +117,11 @@ def train(args: argparse.Namespace, job: Dist, started: float) -> None:
         loss = loss_fn(ddp(x), y)
         loss.backward()
         optim.step()
+        if step == 1 or step % args.metrics_every == 0 or step == args.steps:
+            # The mean over all ranks, recorded by rank 0 in the job folder's
+            # metrics.jsonl: `distspec metrics HANDLE` prints the history, and
+            # `run --wait` ends with its last value and a sparkline.
+            job.log(step=step, reduce="mean", loss=loss.item())
         if step == 1 or step % args.log_every == 0 or step == args.steps:
             mean = loss.detach().clone()
             dist.all_reduce(mean)

@@ -95,3 +95,25 @@ def test_bench_sweep_smoke_submits_the_arrays_and_cancels_them(tmp_path: Path) -
         check=False,
     )
     assert queued.stdout.split() == [], f"left in the queue: {queued.stdout}"
+
+
+METRICS_BENCH = ROOT / "scripts" / "bench_metrics"
+
+
+def test_bench_metrics_runs_and_reports_every_case(tmp_path: Path) -> None:
+    """`scripts/bench_metrics` with a few calls: the floor, log and the 2-rank reduce
+    all measured and written (the numbers themselves are the benchmark's business)."""
+    pytest.importorskip("torch", reason="the reduce case runs two gloo ranks")
+    out = tmp_path / "m.json"
+    proc = subprocess.run(
+        [sys.executable, str(METRICS_BENCH), "--calls", "300", "--rounds", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    for key in ("floor_us", "log_us", "reduce_us", "log_over_floor"):
+        assert isinstance(result[key], float) and math.isfinite(result[key]) and result[key] > 0
+    assert "distspec.runtime.log" in proc.stdout and "2 gloo ranks" in proc.stdout

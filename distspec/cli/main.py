@@ -31,6 +31,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "status": ("distspec.cli.status", "print an app's state"),
     "describe": ("distspec.cli.status", "print an app's state, replicas, hosts and exit codes"),
     "log": ("distspec.cli.log", "print or follow an app's logs"),
+    "metrics": ("distspec.cli.metrics", "print or follow the metrics an app recorded"),
     "cancel": ("distspec.cli.cancel", "stop an app"),
     "list": ("distspec.cli.list", "list apps a scheduler knows"),
     "prune": ("distspec.cli.prune", "delete the run directories of ended local runs"),

@@ -498,6 +498,48 @@ def _where(status: AppStatus) -> list[str]:
     return lines
 
 
+def metrics_summary(runner: Runner, handle: AppHandle, stream: Any) -> list[str]:
+    """The end of ``run --wait`` for a job that recorded metrics
+    (:func:`distspec.runtime.log`): the main metric's last value and step, a
+    sparkline of its history where ``stream`` can show one, and the command that
+    prints it all. Nothing for a job without metrics; never an error."""
+    from distspec.metrics import (
+        METRICS_FILE,
+        main_metric,
+        metric_names,
+        read_records,
+        sparkline,
+        value_text,
+        wide_range,
+    )
+
+    try:
+        folder = runner.job_folder(handle)
+        if folder is None or "://" in folder:
+            return []
+        records = read_records(os.path.join(folder, METRICS_FILE))
+    except Exception:  # a summary line is not worth failing the command over
+        return []
+    name = main_metric(metric_names(records))
+    if name is None:
+        return []
+    history = [(r.step, r.metrics[name]) for r in records if name in r.metrics]
+    step, last = history[-1]
+    text = f"  {name + ':':<14} {value_text(last)}" + (
+        f" at step {step}" if step is not None else ""
+    )
+    values = [v for _, v in history]
+    log = wide_range(values)
+    line = sparkline(values, log=log) + (" (log scale)" if log else "")
+    try:
+        line.encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        line = ""
+    if len(history) > 1 and line:
+        text += f"  {line}"
+    return [text, f"  its metrics:   distspec metrics {handle}"]
+
+
 def job_exit_code(status: AppStatus) -> int:
     """What ``run --wait`` exits with for a job that ended with ``status``: 0 on
     success, the first failed replica's exit code when it is 1-255, else 1."""
@@ -528,6 +570,8 @@ def exit_code(
         for line in _where(status):
             print(line, file=err)
         print(f"  its logs:      distspec log {handle}", file=err)
+        for line in metrics_summary(runner, handle, err):
+            print(line, file=err)
         return 0
     failed = status.first_failure()
     if failed is None:
@@ -577,6 +621,8 @@ def exit_code(
         print(line, file=err)
     more = f"--rank {rank}" if rank is not None else f"{failed.role}/{failed.id}"
     print(f"  its log:       distspec log {handle} {more}", file=err)
+    for line in metrics_summary(runner, handle, err):
+        print(line, file=err)
     return job_exit_code(status)
 
 

@@ -11,7 +11,9 @@
   (:mod:`distspec.runtime.env`);
 - :func:`init` → :class:`Dist`: device, backend, process group, subgroups, seeds and a
   DeviceMesh from declared parallel degrees (:mod:`distspec.runtime.initialize`; not ``runtime.init``, which would shadow the function);
-- :func:`current`: the :class:`Dist` of the innermost active :func:`init`.
+- :func:`current`: the :class:`Dist` of the innermost active :func:`init`;
+- :func:`log` (also ``Dist.log``): a metrics history in the job folder
+  (:mod:`distspec.runtime.metrics`), read back by ``distspec metrics``.
 
 Never imported by the CLI's compile path; torch is imported only inside :func:`init`.
 """
@@ -26,6 +28,7 @@ from distspec.errors import RuntimeEnvError
 if TYPE_CHECKING:
     from distspec.runtime.env import DistEnv, Launcher, detect
     from distspec.runtime.initialize import Coords, Dist, current, init
+    from distspec.runtime.metrics import log
     from distspec.specs.degrees import Degrees
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "current",
     "detect",
     "init",
+    "log",
 ]
 
 _LAZY = {
@@ -48,6 +52,7 @@ _LAZY = {
     "Dist": "distspec.runtime.initialize",
     "current": "distspec.runtime.initialize",
     "init": "distspec.runtime.initialize",
+    "log": "distspec.runtime.metrics",
     "Degrees": "distspec.specs.degrees",
 }
 

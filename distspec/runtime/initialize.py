@@ -142,6 +142,13 @@ class Dist:
         else:
             tdist.barrier()
 
+    def log(self, step: int | None = None, *, reduce: str | None = None, **metrics: Any) -> None:
+        """Record ``metrics`` at ``step`` in the job's metrics history (rank 0's values,
+        or with ``reduce`` every rank's combined): :func:`distspec.runtime.metrics.log`."""
+        from distspec.runtime.metrics import log
+
+        log(step, reduce=reduce, **metrics)
+
     def close(self) -> None:
         """Destroy the process group this :func:`init` made; safe to call twice."""
         if self._closed:

@@ -1,0 +1,195 @@
+"""A job's metrics history: the file format, read back, and drawn as a sparkline.
+
+A job records metrics with :func:`distspec.runtime.log` (or ``Dist.log``): rank 0
+appends one JSON object per call to ``metrics.jsonl`` in the job folder
+(``$DISTSPEC_JOB_DIR``) and flushes it, so a running job can be read::
+
+    {"step": 10, "time": 1764233000.12, "attempt": 0, "loss": 0.51, "acc": 0.8}
+
+- ``step``: the script's step, an integer, or null when it gave none;
+- ``time``: when it was recorded, Unix seconds;
+- ``attempt``: 0 for the job's first start, then one more for each restart of its
+  workers by torchrun (``--max_restarts``, ``TORCHELASTIC_RESTART_COUNT``) and each
+  requeue by Slurm (``SLURM_RESTART_COUNT``), so a resumed run continues its curve
+  and the attempts can be told apart;
+- every other key is a metric: a number, NaN and the infinities written as the
+  strings ``"nan"``, ``"inf"`` and ``"-inf"`` (JSON has no such numbers).
+
+A line that is not such an object (cut short when the job was killed mid-write) is
+skipped. This module is what the command line reads it with (``distspec metrics``,
+the end of ``run --wait``): the standard library only, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "METRICS_FILE",
+    "RESERVED",
+    "Record",
+    "decode_value",
+    "encode_value",
+    "main_metric",
+    "metric_names",
+    "parse_line",
+    "read_records",
+    "sparkline",
+    "value_text",
+    "wide_range",
+]
+
+#: The file in the job folder.
+METRICS_FILE = "metrics.jsonl"
+
+#: The keys every record has; no metric may be called so.
+RESERVED = ("step", "time", "attempt")
+
+#: The characters of a sparkline, lowest to highest.
+_BARS = "▁▂▃▄▅▆▇█"
+
+_SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class Record:
+    """One line of the history: its step, time, attempt and metrics (name -> value)."""
+
+    __slots__ = ("attempt", "metrics", "step", "time")
+
+    def __init__(
+        self, step: int | None, time: float, attempt: int, metrics: dict[str, float]
+    ) -> None:
+        self.step = step
+        self.time = time
+        self.attempt = attempt
+        self.metrics = metrics
+
+    def to_dict(self) -> dict[str, object]:
+        """The record as written (non-finite values as strings)."""
+        out: dict[str, object] = {"step": self.step, "time": self.time, "attempt": self.attempt}
+        out.update((k, encode_value(v)) for k, v in self.metrics.items())
+        return out
+
+
+def encode_value(value: float) -> float | str:
+    """A metric value as JSON can hold it: a finite float, or ``nan``/``inf``/``-inf``."""
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def decode_value(value: object) -> float | None:
+    """A metric value read back; None for anything that is not one."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return _SPECIAL.get(value)
+    return None
+
+
+def parse_line(line: str) -> Record | None:
+    """The record on one line of ``metrics.jsonl``, or None when it is not one."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    step = data.get("step")
+    when = data.get("time")
+    attempt = data.get("attempt", 0)
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        return None
+    if not isinstance(when, (int, float)) or not isinstance(attempt, int):
+        return None
+    metrics = {}
+    for key, raw in data.items():
+        if key in RESERVED:
+            continue
+        value = decode_value(raw)
+        if value is not None:
+            metrics[key] = value
+    return Record(step, float(when), attempt, metrics)
+
+
+def read_records(path: str) -> list[Record]:
+    """Every record in the file at ``path`` (a missing file: none); unreadable lines
+    are skipped."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [r for r in map(parse_line, lines) if r is not None]
+
+
+def metric_names(records: Iterable[Record]) -> list[str]:
+    """The metrics recorded, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for record in records:
+        for name in record.metrics:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def main_metric(names: Sequence[str]) -> str | None:
+    """The metric a summary shows: ``loss`` if recorded, else the first whose name
+    has ``loss`` in it, else the first; None when there are none."""
+    if "loss" in names:
+        return "loss"
+    return next((n for n in names if "loss" in n.lower()), names[0] if names else None)
+
+
+def value_text(value: float) -> str:
+    """A value as a person reads it: ``0.01234``, ``1.235e+06``, ``nan``, ``inf``."""
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return f"{value:.4g}" if value == 0 or 1e-4 <= abs(value) < 1e6 else f"{value:.3e}"
+
+
+def wide_range(values: Sequence[float]) -> bool:
+    """Whether ``values`` are all positive and span two orders of magnitude or more
+    (a loss from 0.5 to 0.002): then a log scale shows the end of the curve, which a
+    linear one flattens into its lowest bar."""
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) >= 100
+
+
+def sparkline(values: Sequence[float], width: int = 40, *, log: bool = False) -> str:
+    """``values`` as at most ``width`` bar characters, low to high: each character is
+    the mean of the finite values of its share of the series (a million values draw
+    as fast as forty). A share with no finite value is a space; a flat series is a
+    row of middle bars. ``log``: bars by the logarithm of the values (all positive,
+    see :func:`wide_range`)."""
+    if not values or width < 1:
+        return ""
+    n = len(values)
+    buckets = min(width, n)
+    means: list[float | None] = []
+    for b in range(buckets):
+        part = values[b * n // buckets : (b + 1) * n // buckets]
+        finite = [v for v in part if math.isfinite(v)]
+        means.append(sum(finite) / len(finite) if finite else None)
+    if log:
+        means = [math.log10(m) if m is not None and m > 0 else None for m in means]
+    shown = [m for m in means if m is not None]
+    if not shown:
+        return " " * buckets
+    low, high = min(shown), max(shown)
+    top = len(_BARS) - 1
+    out = []
+    for m in means:
+        if m is None:
+            out.append(" ")
+        elif high == low:
+            out.append(_BARS[top // 2])
+        else:
+            out.append(_BARS[round((m - low) / (high - low) * top)])
+    return "".join(out)

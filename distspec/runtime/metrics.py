@@ -1,0 +1,215 @@
+"""Recording metrics from the training loop: :func:`log`, also ``Dist.log``.
+
+::
+
+    from distspec.runtime import init
+
+    with init() as dist:
+        for step in range(steps):
+            loss = train_step()
+            dist.log(step=step, loss=loss)                  # rank 0's value
+            dist.log(step=step, reduce="mean", loss=loss)   # the mean over all ranks
+
+Rank 0 appends one line per call to ``metrics.jsonl`` in the job folder
+(``$DISTSPEC_JOB_DIR``; format in :mod:`distspec.metrics`) and flushes it, so
+``distspec metrics HANDLE -f`` shows a running job. Other ranks' calls record
+nothing, unless ``reduce`` is given: then every rank must call, with the same metric
+names, and the values are combined across ranks with one all-reduce (the only cost
+beyond a line written). ``DISTSPEC_METRICS`` names another file. Without either (a
+script run outside distspec, or under ``distspec launch``) nothing is written: the
+same script runs under any launcher, quietly.
+
+Values are numbers: Python ints, floats and bools, and anything with ``.item()``
+(a one-element torch tensor, a NumPy scalar), which costs a device sync for a GPU
+tensor, as ``.item()`` always does. NaN and the infinities are recorded as such.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from distspec.metrics import METRICS_FILE, RESERVED, encode_value
+
+__all__ = ["METRICS_ENV", "REDUCTIONS", "MetricsWriter", "log"]
+
+#: Names the file to write instead of ``$DISTSPEC_JOB_DIR/metrics.jsonl``.
+METRICS_ENV = "DISTSPEC_METRICS"
+
+#: What ``reduce`` may be.
+REDUCTIONS = ("mean", "sum", "max", "min")
+
+
+def _attempt(environ: dict[str, str] | os._Environ[str]) -> int:
+    total = 0
+    for key in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        try:
+            total += max(0, int(environ.get(key, "0") or 0))
+        except ValueError:
+            pass
+    return total
+
+
+def _rank_and_world(environ: dict[str, str] | os._Environ[str]) -> tuple[int, int]:
+    if "torch" in sys.modules:
+        import torch.distributed as tdist
+
+        if tdist.is_available() and tdist.is_initialized():
+            return tdist.get_rank(), tdist.get_world_size()
+    try:
+        return int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    item = getattr(value, "item", None)
+    if callable(item):
+        got = item()
+        if isinstance(got, (bool, int, float)):
+            return float(got)
+    raise TypeError(
+        f"distspec.runtime.log: metric {name}={value!r} is not a number (give an int, a "
+        "float, or a one-element tensor)"
+    )
+
+
+class MetricsWriter:
+    """Where one process records metrics: rank ``rank`` of ``world_size``, writing to
+    ``path`` (None: nowhere). Rank 0 opens the file on its first record."""
+
+    def __init__(self, path: str | None, rank: int, world_size: int, attempt: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.world_size = world_size
+        self.attempt = attempt
+        self._file: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: dict[str, str] | os._Environ[str] = os.environ,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> MetricsWriter:
+        """The writer of this process: the file from ``DISTSPEC_METRICS`` or
+        ``$DISTSPEC_JOB_DIR``; the rank and world size as given, else those of an
+        initialised ``torch.distributed`` process group, else ``RANK``/``WORLD_SIZE``
+        (torchrun's), else rank 0 of 1."""
+        path = environ.get(METRICS_ENV) or None
+        job_dir = environ.get("DISTSPEC_JOB_DIR", "")
+        if path is None and job_dir and "://" not in job_dir:
+            path = os.path.join(job_dir, METRICS_FILE)
+        if rank is None or world_size is None:
+            rank, world_size = _rank_and_world(environ)
+        return cls(path, rank, world_size, _attempt(environ))
+
+    def log(self, step: int | None = None, *, reduce: str | None = None, **metrics: Any) -> None:
+        """Record ``metrics`` at ``step`` (see the module's docstring)."""
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+            raise TypeError(f"distspec.runtime.log: step must be an int or None, got {step!r}")
+        if reduce is not None and reduce not in REDUCTIONS:
+            raise ValueError(
+                f"distspec.runtime.log: reduce={reduce!r}; use one of {', '.join(REDUCTIONS)}"
+            )
+        bad = [n for n in metrics if n in RESERVED]
+        if bad:
+            raise ValueError(
+                f"distspec.runtime.log: {bad[0]!r} is the record's own key; name the metric "
+                "otherwise"
+            )
+        if not metrics:
+            raise ValueError("distspec.runtime.log: give at least one metric, e.g. loss=0.5")
+        if reduce is not None and self.world_size > 1:
+            values = self._reduce(metrics, reduce)
+        elif self.rank != 0:
+            return
+        else:
+            values = {name: _number(name, v) for name, v in metrics.items()}
+        if self.rank == 0:
+            self._write(step, values)
+
+    def _reduce(self, metrics: dict[str, Any], how: str) -> dict[str, float]:
+        import torch
+        import torch.distributed as tdist
+
+        if not tdist.is_available() or not tdist.is_initialized():
+            raise RuntimeError(
+                f"distspec.runtime.log(reduce={how!r}) needs the process group: call it "
+                "inside distspec.runtime.init() (or after torch.distributed.init_process_group)"
+            )
+        names = sorted(metrics)
+        values = [_number(n, metrics[n]) for n in names]
+        # On the process group's device: gloo takes CPU tensors, nccl CUDA ones.
+        device = "cpu"
+        if tdist.get_backend() == "nccl":
+            device = f"cuda:{torch.cuda.current_device()}"
+        tensor = torch.tensor(values, dtype=torch.float64, device=device)
+        op = {
+            "mean": tdist.ReduceOp.SUM,
+            "sum": tdist.ReduceOp.SUM,
+            "max": tdist.ReduceOp.MAX,
+            "min": tdist.ReduceOp.MIN,
+        }[how]
+        tdist.all_reduce(tensor, op=op)
+        if how == "mean":
+            tensor /= tdist.get_world_size()
+        return dict(zip(names, tensor.tolist(), strict=True))
+
+    def _write(self, step: int | None, values: dict[str, float]) -> None:
+        if self.path is None:
+            return
+        record: dict[str, object] = {"step": step, "time": time.time(), "attempt": self.attempt}
+        for name, value in values.items():
+            record[name] = encode_value(value)
+        line = json.dumps(record, separators=(", ", ": ")) + "\n"
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file (the next record opens it again)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+_WRITER: MetricsWriter | None = None
+
+
+def _writer() -> MetricsWriter:
+    global _WRITER
+    if _WRITER is None:
+        rank = world = None
+        from distspec.runtime.initialize import _ACTIVE
+
+        if _ACTIVE:  # inside init(): its rank and world, whatever the launcher
+            rank, world = _ACTIVE[-1].rank, _ACTIVE[-1].world_size
+        _WRITER = MetricsWriter.from_env(rank=rank, world_size=world)
+    return _WRITER
+
+
+def log(step: int | None = None, *, reduce: str | None = None, **metrics: Any) -> None:
+    """Record ``metrics`` (numbers, by name) at ``step`` in the job's metrics history.
+
+    Rank 0's values are recorded; with ``reduce`` (``mean``, ``sum``, ``max`` or
+    ``min``) every rank calls with the same names and the values are combined across
+    ranks first, with one all-reduce. See the module's docstring for where it goes.
+
+    Raises:
+        TypeError: a value that is not a number, a step that is not an int.
+        ValueError: no metric, a metric named ``step``/``time``/``attempt``, an
+            unknown ``reduce``.
+        RuntimeError: ``reduce`` without an initialised process group.
+    """
+    _writer().log(step, reduce=reduce, **metrics)
