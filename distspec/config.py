@@ -86,6 +86,9 @@ ENV_VARIABLES = (
     "DISTSPEC_TASK",
     "DISTSPEC_DEGREES",
     "DISTSPEC_LAUNCHER",
+    # distspec's worker Python for torchrun (submit_env), and where metrics go.
+    "DISTSPEC_WORKER_EXEC",
+    "DISTSPEC_METRICS",
 )
 #: Read by the test suite and scripts/ only, never by distspec; never flagged.
 DEV_VARIABLES = (

@@ -3,8 +3,8 @@
 lines; ``-f`` follows a running job until it ends.
 
 Exit codes: 0 printed; 1 the job recorded no metrics (one line saying where they
-would be); 2 a malformed or unknown handle, a metric it did not record, a bad
-``--tail``.
+would be); 2 a malformed or unknown handle, a sweep's handle (metrics are per
+point), a metric it did not record, a bad ``--tail``.
 """
 
 from __future__ import annotations
@@ -67,6 +67,12 @@ def main(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         raise UsageError(f"--tail must be >= 0, got {args.tail}")
     runner = make_runner()
+    sweep = runner.sweep(args.handle)
+    if sweep is not None:
+        raise UsageError(
+            f"{args.handle} is a sweep of {len(sweep.handles)} points: give a point's "
+            f"handle (distspec describe {args.handle} lists them)"
+        )
     runner.status(args.handle)  # AppNotFound (exit 2) for an unknown app
     folder = runner.job_folder(args.handle)
     if folder is None or "://" in folder:

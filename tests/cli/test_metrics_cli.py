@@ -132,3 +132,25 @@ def test_follow_prints_records_as_they_come_until_the_job_ends(
     losses = [json.loads(x)["loss"] for x in rest.splitlines()]
     assert losses == [pytest.approx(1.0 / (s + 1)) for s in range(1, 6)]
     assert not math.isnan(losses[-1])
+
+
+def test_a_sweeps_handle_asks_for_a_points(state_dir: Path, tmp_path: Path) -> None:
+    proc = cli(
+        "run",
+        "--wait",
+        "--no-log",
+        "--sweep",
+        "x=1,2",
+        "utils.sh",
+        "--",
+        "echo {{x}}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    sweep = proc.stdout.splitlines()[0]
+    got = cli("metrics", sweep, cwd=tmp_path)
+    assert got.returncode == 2
+    assert got.stderr.strip().endswith(
+        f"{sweep} is a sweep of 2 points: give a point's handle (distspec describe {sweep} "
+        "lists them)"
+    )
