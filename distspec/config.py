@@ -86,9 +86,11 @@ ENV_VARIABLES = (
     "DISTSPEC_TASK",
     "DISTSPEC_DEGREES",
     "DISTSPEC_LAUNCHER",
-    # distspec's worker Python for torchrun (submit_env), and where metrics go.
+    # distspec's worker Python for torchrun (submit_env), where metrics go, and where
+    # else (TensorBoard, W&B, MLflow: runtime/sinks.py).
     "DISTSPEC_WORKER_EXEC",
     "DISTSPEC_METRICS",
+    "DISTSPEC_METRICS_SINKS",
 )
 #: Read by the test suite and scripts/ only, never by distspec; never flagged.
 DEV_VARIABLES = (

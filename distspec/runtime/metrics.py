@@ -22,29 +22,43 @@ same script runs under any launcher, quietly.
 Values are numbers: Python ints, floats and bools, and anything with ``.item()``
 (a one-element torch tensor, a NumPy scalar), which costs a device sync for a GPU
 tensor, as ``.item()`` always does. NaN and the infinities are recorded as such.
+
+``DISTSPEC_METRICS_SINKS=tensorboard,wandb,mlflow`` also sends each record rank 0
+writes to those tools, into the same folder (:mod:`distspec.runtime.sinks`). The module's
+writer is closed, and the sinks with it, when the outermost ``init()`` closes and at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from distspec.metrics import METRICS_FILE, RESERVED, encode_value
 
-__all__ = ["METRICS_ENV", "REDUCTIONS", "MetricsWriter", "log"]
+if TYPE_CHECKING:
+    from distspec.runtime.sinks import Sinks
+
+__all__ = ["METRICS_ENV", "REDUCTIONS", "SINKS_ENV", "MetricsWriter", "attempt_number", "log"]
 
 #: Names the file to write instead of ``$DISTSPEC_JOB_DIR/metrics.jsonl``.
 METRICS_ENV = "DISTSPEC_METRICS"
+
+#: Names the other places records go, comma-separated (:mod:`distspec.runtime.sinks`).
+SINKS_ENV = "DISTSPEC_METRICS_SINKS"
 
 #: What ``reduce`` may be.
 REDUCTIONS = ("mean", "sum", "max", "min")
 
 
-def _attempt(environ: dict[str, str] | os._Environ[str]) -> int:
+def attempt_number(environ: dict[str, str] | os._Environ[str]) -> int:
+    """Which start of the job this process belongs to: 0 for the first, then one more
+    for each restart of the workers by torchrun and each requeue by Slurm."""
     total = 0
     for key in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
         try:
@@ -82,15 +96,33 @@ def _number(name: str, value: Any) -> float:
 
 class MetricsWriter:
     """Where one process records metrics: rank ``rank`` of ``world_size``, writing to
-    ``path`` (None: nowhere). Rank 0 opens the file on its first record."""
+    ``path`` (None: nowhere). Rank 0 opens the file on its first record, and starts the
+    ``sinks`` named (:data:`~distspec.runtime.sinks.SINKS`), which write into the file's
+    folder and call the run ``name`` (default: that folder's name)."""
 
-    def __init__(self, path: str | None, rank: int, world_size: int, attempt: int) -> None:
+    def __init__(
+        self,
+        path: str | None,
+        rank: int,
+        world_size: int,
+        attempt: int,
+        *,
+        sinks: Sequence[str] = (),
+        name: str | None = None,
+    ) -> None:
         self.path = path
         self.rank = rank
         self.world_size = world_size
         self.attempt = attempt
         self._file: IO[str] | None = None
         self._lock = threading.Lock()
+        self._sinks: Sinks | None = None
+        if sinks:
+            from distspec.runtime.sinks import Job, Sinks
+
+            folder = os.path.dirname(os.path.abspath(path)) if path else ""
+            job = Job(folder=folder, name=name or os.path.basename(folder))
+            self._sinks = Sinks(sinks, job)  # checks the names, starts nothing
 
     @classmethod
     def from_env(
@@ -102,14 +134,25 @@ class MetricsWriter:
         """The writer of this process: the file from ``DISTSPEC_METRICS`` or
         ``$DISTSPEC_JOB_DIR``; the rank and world size as given, else those of an
         initialised ``torch.distributed`` process group, else ``RANK``/``WORLD_SIZE``
-        (torchrun's), else rank 0 of 1."""
+        (torchrun's), else rank 0 of 1; the sinks from ``DISTSPEC_METRICS_SINKS``, the run
+        named by ``DISTSPEC_APP_ID``.
+
+        Raises:
+            ValueError: ``DISTSPEC_METRICS_SINKS`` names an unknown sink.
+        """
         path = environ.get(METRICS_ENV) or None
         job_dir = environ.get("DISTSPEC_JOB_DIR", "")
         if path is None and job_dir and "://" not in job_dir:
             path = os.path.join(job_dir, METRICS_FILE)
         if rank is None or world_size is None:
             rank, world_size = _rank_and_world(environ)
-        return cls(path, rank, world_size, _attempt(environ))
+        sinks: tuple[str, ...] = ()
+        if environ.get(SINKS_ENV, "").strip():
+            from distspec.runtime.sinks import parse_sinks
+
+            sinks = parse_sinks(environ[SINKS_ENV])
+        name = environ.get("DISTSPEC_APP_ID") or None
+        return cls(path, rank, world_size, attempt_number(environ), sinks=sinks, name=name)
 
     def log(self, step: int | None = None, *, reduce: str | None = None, **metrics: Any) -> None:
         """Record ``metrics`` at ``step`` (see the module's docstring)."""
@@ -166,29 +209,37 @@ class MetricsWriter:
     def _write(self, step: int | None, values: dict[str, float]) -> None:
         if self.path is None:
             return
-        record: dict[str, object] = {"step": step, "time": time.time(), "attempt": self.attempt}
+        when = time.time()
+        record: dict[str, object] = {"step": step, "time": when, "attempt": self.attempt}
         for name, value in values.items():
             record[name] = encode_value(value)
         line = json.dumps(record, separators=(", ", ": ")) + "\n"
         with self._lock:
+            if self._sinks is not None:
+                self._sinks.start()  # a sink's missing package: this call records nothing
             if self._file is None:
                 self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
             self._file.write(line)
             self._file.flush()
+            if self._sinks is not None:
+                self._sinks.write(step, when, values)
 
     def close(self) -> None:
-        """Close the file (the next record opens it again)."""
+        """Close the file and the sinks (the next record opens them again)."""
         with self._lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            if self._sinks is not None:
+                self._sinks.close()
 
 
 _WRITER: MetricsWriter | None = None
+_AT_EXIT = False
 
 
 def _writer() -> MetricsWriter:
-    global _WRITER
+    global _WRITER, _AT_EXIT
     if _WRITER is None:
         rank = world = None
         from distspec.runtime.initialize import _ACTIVE
@@ -196,7 +247,19 @@ def _writer() -> MetricsWriter:
         if _ACTIVE:  # inside init(): its rank and world, whatever the launcher
             rank, world = _ACTIVE[-1].rank, _ACTIVE[-1].world_size
         _WRITER = MetricsWriter.from_env(rank=rank, world_size=world)
+        if not _AT_EXIT:  # W&B's finish, TensorBoard's last flush
+            atexit.register(_close_writer)
+            _AT_EXIT = True
     return _WRITER
+
+
+def _close_writer() -> None:
+    """Close this process's writer, if made, and forget it (the next :func:`log` makes one
+    again, from the environment then): at exit, and when the outermost ``init()`` closes."""
+    global _WRITER
+    writer, _WRITER = _WRITER, None
+    if writer is not None:
+        writer.close()
 
 
 def log(step: int | None = None, *, reduce: str | None = None, **metrics: Any) -> None:
@@ -209,7 +272,8 @@ def log(step: int | None = None, *, reduce: str | None = None, **metrics: Any) -
     Raises:
         TypeError: a value that is not a number, a step that is not an int.
         ValueError: no metric, a metric named ``step``/``time``/``attempt``, an
-            unknown ``reduce``.
+            unknown ``reduce``, an unknown sink in ``DISTSPEC_METRICS_SINKS``.
         RuntimeError: ``reduce`` without an initialised process group.
+        ImportError: (rank 0, first record) a sink's package is not installed.
     """
     _writer().log(step, reduce=reduce, **metrics)
