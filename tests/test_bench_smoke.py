@@ -101,12 +101,18 @@ METRICS_BENCH = ROOT / "scripts" / "bench_metrics"
 
 
 def test_bench_metrics_runs_and_reports_every_case(tmp_path: Path) -> None:
-    """`scripts/bench_metrics` with a few calls: the floor, log and the 2-rank reduce
-    all measured and written (the numbers themselves are the benchmark's business)."""
+    """`scripts/bench_metrics` with a few calls: the floor, log and the 2-rank reduce,
+    and `distspec plot` on a short history (terminal and PNG), all measured and written
+    (the numbers themselves are the benchmark's business)."""
     pytest.importorskip("torch", reason="the reduce case runs two gloo ranks")
     out = tmp_path / "m.json"
     proc = subprocess.run(
-        [sys.executable, str(METRICS_BENCH), "--calls", "300", "--rounds", "2", "--json", str(out)],
+        [
+            sys.executable,
+            str(METRICS_BENCH),
+            *("--calls", "300", "--rounds", "2", "--json", str(out)),
+            *("--plot-records", "3000", "--plot-rounds", "1"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -114,6 +120,10 @@ def test_bench_metrics_runs_and_reports_every_case(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
-    for key in ("floor_us", "log_us", "reduce_us", "log_over_floor"):
+    keys = ("floor_us", "log_us", "reduce_us", "log_over_floor")
+    for key in (*keys, "plot_read_s", "plot_terminal_s", "plot_png_s"):
         assert isinstance(result[key], float) and math.isfinite(result[key]) and result[key] > 0
+    assert result["plot_records"] == 3000
     assert "distspec.runtime.log" in proc.stdout and "2 gloo ranks" in proc.stdout
+    assert "distspec plot, a history of 3,000 records" in proc.stdout
+    assert "in the terminal (plotext)" in proc.stdout and "-o chart.png" in proc.stdout

@@ -32,6 +32,14 @@ VERBS: dict[str, tuple[str, str]] = {
     "describe": ("distspec.cli.status", "print an app's state, replicas, hosts and exit codes"),
     "log": ("distspec.cli.log", "print or follow an app's logs"),
     "metrics": ("distspec.cli.metrics", "print or follow the metrics an app recorded"),
+    "plot": (
+        "distspec.cli.plot",
+        "draw the metrics of runs or a sweep's points, in the terminal or into a picture",
+    ),
+    "report": (
+        "distspec.cli.report",
+        "write an HTML page of a run or sweep: metrics charts, timeline, provenance",
+    ),
     "cancel": ("distspec.cli.cancel", "stop an app"),
     "list": ("distspec.cli.list", "list apps a scheduler knows"),
     "prune": ("distspec.cli.prune", "delete the run directories of ended local runs"),

@@ -537,7 +537,11 @@ def metrics_summary(runner: Runner, handle: AppHandle, stream: Any) -> list[str]
         line = ""
     if len(history) > 1 and line:
         text += f"  {line}"
-    return [text, f"  its metrics:   distspec metrics {handle}"]
+    return [
+        text,
+        f"  its metrics:   distspec metrics {handle}",
+        f"  its curves:    distspec plot {handle}",
+    ]
 
 
 def job_exit_code(status: AppStatus) -> int:

@@ -49,6 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         help="exit with a code for the app's state (0 succeeded, 1 failed, 3 cancelled, "
         "4 not ended, 5 unknown)",
     )
+    if verb == "describe":
+        parser.add_argument(
+            "--sort",
+            metavar="METRIC",
+            help="a sweep's points by the last value of METRIC, lowest first (--sort=-METRIC: "
+            "highest first); the table shows it. Default: point order, showing the main "
+            "metric (loss)",
+        )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,6 +67,10 @@ def main(args: argparse.Namespace) -> int:
     sweep = runner.sweep(args.handle)
     if sweep is not None and args.verb == "describe":
         return _describe_sweep(runner, sweep, args)
+    if getattr(args, "sort", None):
+        from distspec.errors import UsageError
+
+        raise UsageError(f"--sort orders a sweep's points; {args.handle} is not a sweep")
     status = runner.status(args.handle)
     record = runner.provenance(args.handle) if args.verb == "describe" else None
     if args.json:
@@ -79,20 +91,37 @@ def main(args: argparse.Namespace) -> int:
 def _describe_sweep(runner: Any, sweep: Any, args: argparse.Namespace) -> int:
     """``describe`` of a sweep: its state, then one line per point."""
     from distspec.cli._shared import print_json
-    from distspec.cli.sweep import points_table
+    from distspec.cli.sweep import last_metrics, metric_column, points_table, sorted_rows
+    from distspec.errors import UsageError
+    from distspec.metrics import encode_value
     from distspec.sweep.record import sweep_status
 
     states = sweep.states(runner)
     status = sweep_status(states)
+    lasts = last_metrics(runner, sweep)
+    sort = args.sort or ""
+    descending = sort.startswith("-")
+    wanted = sort[1:] if descending else sort
+    column = metric_column(lasts, wanted or None)
+    rows = None
+    if wanted:
+        if column is None:
+            seen = sorted({n for last in lasts for n in last})
+            raise UsageError(
+                f"no point of {args.handle} recorded a metric {wanted!r}"
+                + (f"; they recorded: {', '.join(seen)}" if seen else " (none recorded metrics)")
+            )
+        rows = sorted_rows(column, descending)
     if args.json:
         points = [
             {
                 "index": i,
                 "values": sweep.sweep.values(i),
                 "handle": sweep.handles[i],
-                "status": s.to_dict() if s is not None else None,
+                "status": states[i].to_dict() if states[i] is not None else None,
+                "metrics": {k: encode_value(v) for k, v in lasts[i].items()},
             }
-            for i, s in enumerate(states)
+            for i in (rows if rows is not None else range(len(states)))
         ]
         print_json({"handle": args.handle, **status.to_dict(), "points": points})
     else:
@@ -103,7 +132,7 @@ def _describe_sweep(runner: Any, sweep: Any, args: argparse.Namespace) -> int:
             else "one job per point"
         )
         print(f"{args.handle}: {status.state.value} ({status.msg}); {how}")
-        print("\n".join(points_table(sweep, states)))
+        print("\n".join(points_table(sweep, states, rows, column)))
     return STATE_EXIT_CODES.get(status.state.value, 5) if args.exit_status else 0
 
 
@@ -173,6 +202,12 @@ def describe_text(handle: str, status: AppStatus) -> str:
     info = runtime_info(status.location)
     if info:
         lines.append(f"runtime:    {runtime_text(info)}")
+    from distspec.timeline import job_timeline, timeline_text
+
+    events = job_timeline(status, status.location or None)
+    if len(events) > 1:
+        lines.append("timeline:")
+        lines.extend(timeline_text(events))
     if status.num_restarts:
         lines.append(f"restarts:   {status.num_restarts}")
     if status.ui_url:

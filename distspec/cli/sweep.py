@@ -17,7 +17,16 @@ if TYPE_CHECKING:
     from distspec.sweep.plan import SweepRequest
     from distspec.sweep.record import SweepRecord
 
-__all__ = ["follow_sweep", "points_table", "rerun_failed", "run_sweep", "show_or_submit"]
+__all__ = [
+    "follow_sweep",
+    "last_metrics",
+    "metric_column",
+    "points_table",
+    "rerun_failed",
+    "run_sweep",
+    "show_or_submit",
+    "sorted_rows",
+]
 
 #: A live table shows at most this many points (the running and failed ones first).
 LIVE_ROWS = 20
@@ -235,28 +244,87 @@ def _duration(status: AppStatus | None) -> str:
 
 
 def points_table(
-    record: SweepRecord, states: Sequence[AppStatus | None], rows: Sequence[int] | None = None
+    record: SweepRecord,
+    states: Sequence[AppStatus | None],
+    rows: Sequence[int] | None = None,
+    metric: tuple[str, Sequence[float | None]] | None = None,
 ) -> list[str]:
-    """One line per point (``rows``: which; all by default): index, values, state,
-    duration, handle."""
+    """One line per point (``rows``: which, in that order; all by default): index,
+    values, state, duration, ``metric``'s last value when given (its name and one value
+    per point, None where it recorded none), handle."""
+    from distspec.metrics import value_text
+
     sweep = record.sweep
     chosen = range(len(states)) if rows is None else rows
     lines: list[str] = []
+    head = ["POINT", "VALUES", "STATE", "TIME", "HANDLE"]
+    if metric is not None:
+        head.insert(4, metric[0].upper())
     cells = []
     for i in chosen:
         status = states[i]
         values = " ".join(f"{k}={v}" for k, v in sweep.values(i).items())
         state = status.state.value if status is not None else "UNKNOWN"
-        cells.append((str(i), values, state, _duration(status), record.handles[i]))
+        row = [str(i), values, state, _duration(status), record.handles[i]]
+        if metric is not None:
+            last = metric[1][i]
+            row.insert(4, "-" if last is None else value_text(last))
+        cells.append(row)
     if not cells:
         return lines
-    widths = [
-        max(len(c[j]) for c in [("POINT", "VALUES", "STATE", "TIME", "HANDLE"), *cells])
-        for j in range(5)
-    ]
-    for row in [("POINT", "VALUES", "STATE", "TIME", "HANDLE"), *cells]:
+    widths = [max(len(c[j]) for c in [head, *cells]) for j in range(len(head))]
+    for row in [head, *cells]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return lines
+
+
+def last_metrics(runner: Runner, record: SweepRecord) -> list[dict[str, float]]:
+    """Each point's last value of every metric it recorded (:mod:`distspec.metrics`);
+    {} for a point without metrics or a job folder this machine reads."""
+    import os
+
+    from distspec.metrics import METRICS_FILE, read_records
+
+    out: list[dict[str, float]] = []
+    for handle in record.handles:
+        last: dict[str, float] = {}
+        try:
+            folder = runner.job_folder(handle)
+        except Exception:  # a point the scheduler no longer names: nothing to show
+            folder = None
+        if folder is not None and "://" not in folder:
+            for r in read_records(os.path.join(folder, METRICS_FILE)):
+                last.update(r.metrics)
+        out.append(last)
+    return out
+
+
+def metric_column(
+    lasts: Sequence[dict[str, float]], name: str | None = None
+) -> tuple[str, list[float | None]] | None:
+    """The column :func:`points_table` shows: ``name``'s last values, by default the
+    main metric's (:func:`distspec.metrics.main_metric`); None when no point has it."""
+    from distspec.metrics import main_metric
+
+    if name is None:
+        seen = dict.fromkeys(n for last in lasts for n in last)
+        name = main_metric(list(seen))
+    if name is None or not any(name in last for last in lasts):
+        return None
+    return name, [last.get(name) for last in lasts]
+
+
+def sorted_rows(column: tuple[str, Sequence[float | None]], descending: bool) -> list[int]:
+    """The points ordered by their value in ``column``; those without one (or NaN) last."""
+    import math
+
+    def key(i: int) -> tuple[int, float]:
+        v = column[1][i]
+        if v is None or math.isnan(v):
+            return (1, 0.0)
+        return (0, -v if descending else v)
+
+    return sorted(range(len(column[1])), key=key)
 
 
 def _live_rows(states: Sequence[AppStatus | None]) -> list[int]:
@@ -306,7 +374,8 @@ def follow_sweep(runner: Runner, record: SweepRecord, err: TextIO, poll: float =
     failed = [i for i, s in enumerate(states) if s is None or s.state.value != "SUCCEEDED"]
     rows = None if len(states) <= SUMMARY_ROWS else failed
     if not live or rows is not None:
-        err.write("\n".join(points_table(record, states, rows)) + "\n")
+        column = metric_column(last_metrics(runner, record))
+        err.write("\n".join(points_table(record, states, rows, column)) + "\n")
     elapsed = time.monotonic() - began
     err.write(
         f"distspec: sweep {record.handle} {overall.state.value} after {elapsed:.1f}s: "

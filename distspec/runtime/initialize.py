@@ -43,6 +43,7 @@ import json
 import os
 import random
 import sys
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -156,6 +157,12 @@ class Dist:
         self._closed = True
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+        if not _ACTIVE:
+            # The job's distributed part ends here: close the metrics sinks (W&B's finish)
+            # now, while the process is sound, rather than at exit.
+            from distspec.runtime.metrics import _close_writer
+
+            _close_writer()
         # Drop our references to the groups first: a ProcessGroup object still alive at
         # interpreter shutdown is destroyed there, where gloo aborts the process now and
         # then ("terminate called without an active exception", torch 2.13).
@@ -277,6 +284,7 @@ def init(
         degrees=spec,
         seed=seed,
     )
+    meeting: float | None = None  # seconds init_process_group took
     if groups is not None:
         import torch.distributed as tdist
 
@@ -295,8 +303,10 @@ def init(
                 kwargs.update(init_method="env://", rank=env.rank, world_size=env.world_size)
             if chosen == "nccl":
                 kwargs["device_id"] = dev
+            began = time.monotonic()
             tdist.init_process_group(**kwargs)
             dist._owns_group = True
+            meeting = time.monotonic() - began
         elif tdist.get_world_size() != env.world_size:
             raise RuntimeEnvError(
                 f"a process group of {tdist.get_world_size()} ranks already exists, "
@@ -316,7 +326,7 @@ def init(
     _ACTIVE.append(dist)
     atexit.register(dist.close)
     if dist.is_main:
-        _announce(dist, log)
+        _announce(dist, log, meeting)
     return dist
 
 
@@ -461,12 +471,13 @@ def _mesh(dev: torch.device, spec: Degrees) -> tuple[Any, Coords]:
     return mesh, Coords(**dict(zip(DIMS, coordinate, strict=True)))
 
 
-def _announce(dist: Dist, log: bool) -> None:
+def _announce(dist: Dist, log: bool, meeting: float | None) -> None:
     if log:
         print(f"distspec.runtime: {dist.describe()}", file=sys.stderr, flush=True)
     job_dir = os.environ.get("DISTSPEC_JOB_DIR")
     if not job_dir or "://" in job_dir or not Path(job_dir).is_dir():
         return
+    _record_event(Path(job_dir), dist, meeting)
     target = Path(job_dir) / RUNTIME_INFO_FILE
     tmp = target.with_name(f".{RUNTIME_INFO_FILE}.{os.getpid()}")
     try:
@@ -474,3 +485,25 @@ def _announce(dist: Dist, log: bool) -> None:
         tmp.replace(target)
     except OSError:
         tmp.unlink(missing_ok=True)  # informational only: never fail a job over it
+
+
+def _record_event(job_dir: Path, dist: Dist, meeting: float | None) -> None:
+    """Append the process group's coming up to the job's timeline
+    (:mod:`distspec.timeline`): when, how long ``init_process_group`` took (None: the
+    group was there already, or none was made), which attempt."""
+    from distspec.runtime.metrics import attempt_number
+    from distspec.timeline import TIMELINE_FILE
+
+    event = {
+        "event": "process_group",
+        "time": time.time(),
+        "attempt": attempt_number(os.environ),
+        "world_size": dist.world_size,
+        "backend": dist.backend,
+        "seconds": None if meeting is None else round(meeting, 4),
+    }
+    try:
+        with open(job_dir / TIMELINE_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event) + "\n")
+    except OSError:
+        pass  # informational only: never fail a job over it

@@ -26,7 +26,7 @@ import pytest
 from distspec.cli.main import VERBS, main
 
 BIN = Path(sys.executable).parent
-HANDLE_VERBS = {"status", "describe", "log", "metrics", "cancel", "rerun"}
+HANDLE_VERBS = {"status", "describe", "log", "metrics", "plot", "report", "cancel", "rerun"}
 
 
 def _env(root: Path) -> dict[str, str]:

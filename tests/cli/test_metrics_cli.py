@@ -44,6 +44,7 @@ def test_a_jobs_metrics_are_recorded_and_read_back(state_dir: Path, tmp_path: Pa
     assert line, proc.stderr
     assert line.group(1)[0] == "▁" and line.group(1)[-1] == "█"
     assert f"  its metrics:   distspec metrics {handle}" in proc.stderr
+    assert proc.stderr.rstrip().endswith(f"  its curves:    distspec plot {handle}")
 
     got = cli("metrics", handle, "--json", cwd=tmp_path)
     assert got.returncode == 0, got.stderr
@@ -67,6 +68,15 @@ def test_a_jobs_metrics_are_recorded_and_read_back(state_dir: Path, tmp_path: Pa
     assert [r[0] for r in rows[1:]] == ["20", "20"]
     assert rows[1][3:] == ["20.5", "-"]
     assert rows[2][3:] == ["-", "1"]
+
+    # describe's timeline: the runtime's process group line, the first metric's step.
+    described = cli("describe", handle, cwd=tmp_path)
+    assert described.returncode == 0, described.stderr
+    timeline = described.stdout.split("timeline:\n", 1)[1].split("\nrole ", 1)[0]
+    names = [re.split(r"\s{2,}", line.strip())[1] for line in timeline.splitlines()]
+    assert names == ["submitted", "started", "process group up", "first metric", "ended"]
+    assert "2 ranks, gloo, init_process_group took" in timeline
+    assert "until the first metric: step 1" in timeline
 
     unknown = cli("metrics", handle, "-m", "accuracy", cwd=tmp_path)
     assert unknown.returncode == 2

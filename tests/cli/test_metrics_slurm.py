@@ -62,6 +62,15 @@ def test_a_slurm_jobs_metrics_are_read_back(tmp_path: Path, state_dir: Path) -> 
         assert {r["step"]: r["top"] for r in records if "top" in r} == {
             s: s + 3.0 for s in range(1, 21)
         }
+        # describe's timeline: each node's launcher (from its .host file), the
+        # process group of 4 ranks, the first metric.
+        described = distspec("describe", handle.group(0))
+        assert described.returncode == 0, described.stderr
+        timeline = described.stdout.split("timeline:\n", 1)[1].split("\nrole ", 1)[0]
+        names = [re.split(r"\s{2,}", line.strip())[1] for line in timeline.splitlines()]
+        assert names[-4:] == ["launchers up", "process group up", "first metric", "ended"]
+        assert re.search(r"2 node\(s\): n[01] \+0\.0s, n[01] \+\d+\.\ds", timeline), timeline
+        assert "4 ranks, gloo" in timeline
     finally:
         if handle:
             subprocess.run(["scancel", handle.group(0).rsplit("/", 1)[1]], check=False)
