@@ -91,6 +91,7 @@ ENV_VARIABLES = (
     "DISTSPEC_WORKER_EXEC",
     "DISTSPEC_METRICS",
     "DISTSPEC_METRICS_SINKS",
+    "DISTSPEC_METRICS_SHIP_S",
 )
 #: Read by the test suite and scripts/ only, never by distspec; never flagged.
 DEV_VARIABLES = (

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRICS_FILE",
+    "PARTS_DIR",
     "RESERVED",
     "Record",
     "decode_value",
@@ -38,7 +39,9 @@ __all__ = [
     "main_metric",
     "metric_names",
     "parse_line",
+    "read_history",
     "read_records",
+    "records_of",
     "sparkline",
     "value_text",
     "wide_range",
@@ -46,6 +49,9 @@ __all__ = [
 
 #: The file in the job folder.
 METRICS_FILE = "metrics.jsonl"
+
+#: The folder, in a job folder that is a URL, of the parts the runtime ships.
+PARTS_DIR = "metrics.d"
 
 #: The keys every record has; no metric may be called so.
 RESERVED = ("step", "time", "attempt")
@@ -126,13 +132,56 @@ def read_records(path: str) -> list[Record]:
     A million lines are read in one pass of the JSON decoder over each block of
     lines, the garbage collector paused (a million records are a million dicts,
     which would start a full collection again and again for nothing to free)."""
-    import gc
-
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
         return []
+    return records_of(lines)
+
+
+def read_history(folder: str) -> list[Record]:
+    """The history a job recorded in its job folder ``folder``: a path (its
+    ``metrics.jsonl``), or an fsspec URL (Kubernetes' ``job_dir``), where the runtime
+    ships the records in parts: ``metrics.jsonl`` there if any, then every part in
+    ``metrics.d/``, in name (time) order. A folder without either: no records.
+
+    Raises:
+        Exception: the store's own, for a URL that cannot be read (no access, no
+            network); the caller says it in one line.
+    """
+    import os
+
+    if "://" not in folder:
+        return read_records(os.path.join(folder, METRICS_FILE))
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(folder)
+    fs.invalidate_cache()  # a live job adds parts: list them anew
+    texts: list[bytes] = []
+    try:
+        texts.append(fs.cat_file(f"{root}/{METRICS_FILE}"))
+    except FileNotFoundError:
+        pass
+    try:
+        parts = sorted(
+            p for p in fs.ls(f"{root}/{PARTS_DIR}", detail=False) if p.endswith(".jsonl")
+        )
+    except FileNotFoundError:
+        parts = []
+    if parts:
+        got = fs.cat(parts)
+        texts.extend(got[p] for p in parts if isinstance(got.get(p), bytes))
+    lines: list[str] = []
+    for text in texts:
+        lines.extend(text.decode("utf-8", "replace").splitlines())
+    return records_of(lines)
+
+
+def records_of(lines: list[str]) -> list[Record]:
+    """The records on ``lines`` (see :func:`read_records`)."""
+    import gc
+
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -118,8 +118,16 @@ def test_where_and_who_come_from_the_environment(tmp_path: Path) -> None:
     assert w.path == str(tmp_path / "metrics.jsonl")
     assert (w.rank, w.world_size, w.attempt) == (3, 4, 3)
     assert MetricsWriter.from_env({**env, "DISTSPEC_METRICS": "/x/m.jsonl"}).path == "/x/m.jsonl"
-    # A job folder that is a URL (Kubernetes' fsspec job_dir): not written to yet.
-    assert MetricsWriter.from_env({"DISTSPEC_JOB_DIR": "s3://b/j"}).path is None
+    # A job folder that is a URL (Kubernetes' fsspec job_dir): a file of the pod's own,
+    # shipped there in parts (tests/schedulers/test_kubernetes_metrics.py).
+    remote = MetricsWriter.from_env({"DISTSPEC_JOB_DIR": "s3://b/j"})
+    assert remote.path is not None and "://" not in remote.path
+    assert remote._shipper is not None and remote._shipper.folder == "s3://b/j/metrics.d"
+    assert remote._shipper.every == 10.0
+    shipped = MetricsWriter.from_env(
+        {"DISTSPEC_JOB_DIR": "s3://b/j", "DISTSPEC_METRICS_SHIP_S": "2"}
+    )
+    assert shipped._shipper is not None and shipped._shipper.every == 2.0
 
 
 def test_lines_that_are_not_records_are_skipped(tmp_path: Path) -> None:

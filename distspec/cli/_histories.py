@@ -97,13 +97,16 @@ def load_histories(runner: Runner, handles: Sequence[str]) -> list[History]:
 
 
 def metrics_path(runner: Runner, handle: str) -> str | None:
-    """Where the run keeps its history (``metrics.jsonl`` in its job folder), or None
-    when its job folder is not on a file system this machine reads."""
-    from distspec.metrics import METRICS_FILE
+    """Where the run keeps its history: ``metrics.jsonl`` in its job folder, or for a
+    job folder that is a URL (Kubernetes' ``job_dir``) the ``metrics.d/`` parts there;
+    None when it has no job folder."""
+    from distspec.metrics import METRICS_FILE, PARTS_DIR
 
     folder = runner.job_folder(handle)
-    if folder is None or "://" in folder:
+    if folder is None:
         return None
+    if "://" in folder:
+        return f"{folder.rstrip('/')}/{PARTS_DIR}/"
     return os.path.join(folder, METRICS_FILE)
 
 
@@ -235,7 +238,19 @@ def _distinct(labels: list[str], handles: list[str]) -> list[str]:
 
 
 def _read(runner: Runner, handle: str) -> list[Record]:
-    from distspec.metrics import read_records
+    """The run's records; none (said in one line) where its store cannot be read."""
+    import sys
 
-    path = metrics_path(runner, handle)
-    return [] if path is None else read_records(path)
+    from distspec.metrics import read_history
+
+    folder = runner.job_folder(handle)
+    if folder is None:
+        return []
+    try:
+        return read_history(folder)
+    except Exception as e:  # a remote store's own errors (access, network)
+        print(
+            f"distspec: {handle}: cannot read its metrics in {folder}: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return []

@@ -62,7 +62,13 @@ def main(args: argparse.Namespace) -> int:
 
     from distspec.cli._shared import make_runner
     from distspec.errors import UsageError
-    from distspec.metrics import METRICS_FILE, metric_names, read_records
+    from distspec.metrics import (
+        METRICS_FILE,
+        PARTS_DIR,
+        metric_names,
+        read_history,
+        read_records,
+    )
 
     if args.tail is not None and args.tail < 0:
         raise UsageError(f"--tail must be >= 0, got {args.tail}")
@@ -75,20 +81,31 @@ def main(args: argparse.Namespace) -> int:
         )
     runner.status(args.handle)  # AppNotFound (exit 2) for an unknown app
     folder = runner.job_folder(args.handle)
-    if folder is None or "://" in folder:
-        where = "no job folder" if folder is None else f"its job folder is {folder}"
+    if folder is None:
         print(
-            f"distspec metrics: {args.handle} has {where}: metrics are recorded in a job "
-            "folder on a file system this machine reads (see docs/metrics.md)",
+            f"distspec metrics: {args.handle} has no job folder: metrics are recorded in "
+            "a job folder (on Kubernetes, -cfg job_dir; see docs/metrics.md)",
             file=sys.stderr,
         )
         return 1
-    path = os.path.join(folder, METRICS_FILE)
+    remote = "://" in folder
+    path = f"{folder.rstrip('/')}/{PARTS_DIR}/" if remote else os.path.join(folder, METRICS_FILE)
     if args.follow:
         printer = _Printer(list(args.metric or []), json_lines=args.json, widths=False)
-        _follow(runner, args.handle, path, printer, tail=args.tail)
+        if remote:
+            _follow_remote(runner, args.handle, folder, printer, tail=args.tail)
+        else:
+            _follow(runner, args.handle, path, printer, tail=args.tail)
         return 0
-    records = read_records(path)
+    try:
+        records = read_history(folder) if remote else read_records(path)
+    except Exception as e:  # a remote store's own errors (access, network)
+        print(
+            f"distspec metrics: cannot read {args.handle}'s metrics in {folder}: "
+            f"{type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return 1
     if not records:
         print(
             f"distspec metrics: {args.handle} recorded no metrics ({path} "
@@ -196,5 +213,42 @@ def _follow(runner: Any, handle: str, path: str, printer: _Printer, *, tail: int
             printer.names = metric_names(records)
         printer.print(records)
         if ended and not data:
+            return
+        time.sleep(_POLL)
+
+
+def _follow_remote(
+    runner: Any, handle: str, folder: str, printer: _Printer, *, tail: int | None
+) -> None:
+    """:func:`_follow` for a job folder that is a URL, where the runtime ships its
+    records in parts every few seconds: the history is read again each time and the
+    records not yet printed are printed."""
+    import time
+
+    from distspec.metrics import metric_names, read_history
+
+    printed = 0
+    first = True
+    only = list(printer.names)
+    while True:
+        ended = runner.status(handle).state.is_terminal
+        records = read_history(folder)
+        new = records[printed:]
+        printed = len(records)
+        if only:
+            new = [r for r in new if any(n in r.metrics for n in only)]
+        if first and tail is not None:
+            new = new[len(new) - tail :] if tail else []
+        first = False
+        if new and not printer.names:
+            printer.names = metric_names(new)
+        printer.print(new)
+        if ended:
+            # The last parts go up as the job ends: one more look after they had time.
+            time.sleep(_POLL)
+            late = read_history(folder)[printed:]
+            if only:
+                late = [r for r in late if any(n in r.metrics for n in only)]
+            printer.print(late)
             return
         time.sleep(_POLL)

@@ -149,11 +149,9 @@ def main(args: argparse.Namespace) -> int:
             h = histories[0]
             path = metrics_path(runner, h.handle)
             if path is None:  # the wording of distspec metrics
-                folder = runner.job_folder(h.handle)
-                where = "no job folder" if folder is None else f"its job folder is {folder}"
                 _say(
-                    f"{h.handle} has {where}: metrics are recorded in a job folder on a file "
-                    "system this machine reads (see docs/metrics.md)"
+                    f"{h.handle} has no job folder: metrics are recorded in a job folder "
+                    "(on Kubernetes, -cfg job_dir; see docs/metrics.md)"
                 )
             else:
                 _say(

@@ -504,10 +504,9 @@ def metrics_summary(runner: Runner, handle: AppHandle, stream: Any) -> list[str]
     sparkline of its history where ``stream`` can show one, and the command that
     prints it all. Nothing for a job without metrics; never an error."""
     from distspec.metrics import (
-        METRICS_FILE,
         main_metric,
         metric_names,
-        read_records,
+        read_history,
         sparkline,
         value_text,
         wide_range,
@@ -515,9 +514,9 @@ def metrics_summary(runner: Runner, handle: AppHandle, stream: Any) -> list[str]
 
     try:
         folder = runner.job_folder(handle)
-        if folder is None or "://" in folder:
+        if folder is None:
             return []
-        records = read_records(os.path.join(folder, METRICS_FILE))
+        records = read_history(folder)
     except Exception:  # a summary line is not worth failing the command over
         return []
     name = main_metric(metric_names(records))

@@ -280,21 +280,18 @@ def points_table(
 
 def last_metrics(runner: Runner, record: SweepRecord) -> list[dict[str, float]]:
     """Each point's last value of every metric it recorded (:mod:`distspec.metrics`);
-    {} for a point without metrics or a job folder this machine reads."""
-    import os
-
-    from distspec.metrics import METRICS_FILE, read_records
+    {} for a point without metrics or whose job folder cannot be read."""
+    from distspec.metrics import read_history
 
     out: list[dict[str, float]] = []
     for handle in record.handles:
         last: dict[str, float] = {}
         try:
             folder = runner.job_folder(handle)
-        except Exception:  # a point the scheduler no longer names: nothing to show
-            folder = None
-        if folder is not None and "://" not in folder:
-            for r in read_records(os.path.join(folder, METRICS_FILE)):
+            for r in read_history(folder) if folder is not None else []:
                 last.update(r.metrics)
+        except Exception:  # a point gone, a store that cannot be read: nothing to show
+            pass
         out.append(last)
     return out
 

@@ -44,10 +44,22 @@ from distspec.metrics import METRICS_FILE, RESERVED, encode_value
 if TYPE_CHECKING:
     from distspec.runtime.sinks import Sinks
 
-__all__ = ["METRICS_ENV", "REDUCTIONS", "SINKS_ENV", "MetricsWriter", "attempt_number", "log"]
+__all__ = [
+    "METRICS_ENV",
+    "REDUCTIONS",
+    "SHIP_ENV",
+    "SINKS_ENV",
+    "MetricsWriter",
+    "attempt_number",
+    "log",
+]
 
 #: Names the file to write instead of ``$DISTSPEC_JOB_DIR/metrics.jsonl``.
 METRICS_ENV = "DISTSPEC_METRICS"
+
+#: How often (seconds) records go to a job folder that is a URL; default SHIP_SECONDS.
+SHIP_ENV = "DISTSPEC_METRICS_SHIP_S"
+SHIP_SECONDS = 10.0
 
 #: Names the other places records go, comma-separated (:mod:`distspec.runtime.sinks`).
 SINKS_ENV = "DISTSPEC_METRICS_SINKS"
@@ -109,6 +121,8 @@ class MetricsWriter:
         *,
         sinks: Sequence[str] = (),
         name: str | None = None,
+        remote: str | None = None,
+        every: float = SHIP_SECONDS,
     ) -> None:
         self.path = path
         self.rank = rank
@@ -117,6 +131,7 @@ class MetricsWriter:
         self._file: IO[str] | None = None
         self._lock = threading.Lock()
         self._sinks: Sinks | None = None
+        self._shipper = _Shipper(remote, every) if remote else None
         if sinks:
             from distspec.runtime.sinks import Job, Sinks
 
@@ -142,8 +157,16 @@ class MetricsWriter:
         """
         path = environ.get(METRICS_ENV) or None
         job_dir = environ.get("DISTSPEC_JOB_DIR", "")
+        remote = None
         if path is None and job_dir and "://" not in job_dir:
             path = os.path.join(job_dir, METRICS_FILE)
+        elif path is None and job_dir:
+            # A job folder that is a URL (Kubernetes' job_dir): a file of this pod's
+            # own, shipped to the folder in parts (see _Shipper).
+            import tempfile
+
+            remote = job_dir
+            path = os.path.join(tempfile.gettempdir(), f"distspec-metrics-{os.getpid()}.jsonl")
         if rank is None or world_size is None:
             rank, world_size = _rank_and_world(environ)
         sinks: tuple[str, ...] = ()
@@ -152,7 +175,16 @@ class MetricsWriter:
 
             sinks = parse_sinks(environ[SINKS_ENV])
         name = environ.get("DISTSPEC_APP_ID") or None
-        return cls(path, rank, world_size, attempt_number(environ), sinks=sinks, name=name)
+        return cls(
+            path,
+            rank,
+            world_size,
+            attempt_number(environ),
+            sinks=sinks,
+            name=name,
+            remote=remote,
+            every=_seconds(environ.get(SHIP_ENV)),
+        )
 
     def log(self, step: int | None = None, *, reduce: str | None = None, **metrics: Any) -> None:
         """Record ``metrics`` at ``step`` (see the module's docstring)."""
@@ -221,6 +253,8 @@ class MetricsWriter:
                 self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
             self._file.write(line)
             self._file.flush()
+            if self._shipper is not None:
+                self._shipper.add(line)
             if self._sinks is not None:
                 self._sinks.write(step, when, values)
 
@@ -232,6 +266,87 @@ class MetricsWriter:
                 self._file = None
             if self._sinks is not None:
                 self._sinks.close()
+        if self._shipper is not None:
+            self._shipper.close()
+
+
+def _seconds(text: str | None) -> float:
+    """``DISTSPEC_METRICS_SHIP_S`` as seconds (a positive number), else the default."""
+    try:
+        value = float(text) if text else SHIP_SECONDS
+    except ValueError:
+        return SHIP_SECONDS
+    return value if value > 0 else SHIP_SECONDS
+
+
+class _Shipper:
+    """Sends rank 0's records to a job folder that is an fsspec URL (an object store:
+    no appending there). Every ``every`` seconds, from a daemon thread, the lines
+    recorded since the last shipment go up as one new object,
+    ``<folder>/metrics.d/<nanoseconds>-<pid>.jsonl``: the names sort in time order,
+    across restarts too, and a reader joins them (:func:`distspec.metrics.read_history`).
+    :meth:`close` (at the end of ``init()``, at exit) sends the rest. A failed upload is
+    said once on stderr and its lines are tried again with the next."""
+
+    def __init__(self, folder: str, every: float) -> None:
+        from distspec.metrics import PARTS_DIR
+
+        self.folder = f"{folder.rstrip('/')}/{PARTS_DIR}"
+        self.every = every
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        self._ship_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._said = False
+
+    def add(self, line: str) -> None:
+        with self._lock:
+            self._pending.append(line)
+            if self._thread is None:
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._loop, name="distspec-metrics-ship", daemon=True
+                )
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self.ship()
+
+    def ship(self) -> None:
+        """Send what is pending now, as one object."""
+        with self._ship_lock:
+            with self._lock:
+                lines, self._pending = self._pending, []
+            if not lines:
+                return
+            name = f"{time.time_ns():020d}-{os.getpid()}.jsonl"
+            try:
+                import fsspec
+
+                fs, root = fsspec.core.url_to_fs(self.folder)
+                fs.makedirs(root, exist_ok=True)
+                fs.pipe_file(f"{root}/{name}", "".join(lines).encode())
+            except Exception as e:  # the store's own errors too: training goes on
+                with self._lock:
+                    self._pending[:0] = lines
+                if not self._said:
+                    self._said = True
+                    print(
+                        f"distspec.runtime.log: could not send metrics to {self.folder}: "
+                        f"{type(e).__name__}: {e}; trying again every {self.every:g}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+    def close(self) -> None:
+        """Stop the thread and send the rest."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout=self.every + 30)
+        self.ship()
 
 
 _WRITER: MetricsWriter | None = None
