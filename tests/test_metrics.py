@@ -188,3 +188,32 @@ def test_a_loss_over_orders_of_magnitude_is_drawn_on_a_log_scale() -> None:
     assert linear.count("▁") > 20
     assert logged[0] == "█" and logged[-1] == "▁" and logged.count("▁") < 8
     assert not wide_range([1.0, 2.0]) and not wide_range([-1.0, 1000.0])
+
+
+def test_orjson_and_the_json_module_read_the_same_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """orjson decodes long histories when installed; the json module is the fallback
+    (and decodes each line of a block orjson refuses, e.g. a bare -Infinity)."""
+
+    from distspec import metrics
+
+    pytest.importorskip("orjson", reason="orjson is a dependency; a source build may lack it")
+    lines = [
+        f'{{"step": {i}, "time": {i}.5, "attempt": 0, "loss": {1 / (i + 1)}}}' for i in range(9000)
+    ]
+    lines[4500] = '{"step": 4500, "time": 1.0, "attempt": 0, "loss": -Infinity}'
+    lines[100] = '{"step": 100, "time": 1.0, "attempt": 0, "loss": "nan"}'
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    def rows(records: list[Record]) -> list[tuple[object, ...]]:
+        return [(r.step, r.time, r.attempt, repr(r.metrics)) for r in records]
+
+    monkeypatch.setattr(metrics, "_LOADS", None)
+    fast = read_records(str(path))
+    assert metrics._LOADS is not json.loads  # orjson's
+    monkeypatch.setattr(metrics, "_LOADS", json.loads)
+    slow = read_records(str(path))
+    assert len(fast) == 9000 and rows(fast) == rows(slow)
+    assert math.isinf(fast[4500].metrics["loss"]) and math.isnan(fast[100].metrics["loss"])
