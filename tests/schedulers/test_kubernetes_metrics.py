@@ -59,11 +59,15 @@ def test_records_go_up_in_parts_and_read_back_in_order(
 ) -> None:
     folder = _url(where, request, tmp_path) + "/run-1"
     first = MetricsWriter(str(tmp_path / "a.jsonl"), 0, 1, 0, remote=folder, every=0.2)
-    for step in range(1, 21):
+    for step in range(1, 11):
         first.log(step=step, loss=1.0 / step)
-        if step == 10:
-            time.sleep(0.6)  # a shipment goes up while the job runs
-    parts_while_running = len(read_history(folder))
+    # The background thread ships them while the job runs (no close yet).
+    deadline = time.monotonic() + 30
+    while len(read_history(folder)) < 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shipped_while_running = len(read_history(folder))
+    for step in range(11, 21):
+        first.log(step=step, loss=1.0 / step)
     first.close()
     # A restart: a new process (attempt 1) goes on from step 15.
     second = MetricsWriter(str(tmp_path / "b.jsonl"), 0, 1, 1, remote=folder, every=0.2)
@@ -71,7 +75,7 @@ def test_records_go_up_in_parts_and_read_back_in_order(
         second.log(step=step, loss=float("nan") if step == 16 else 2.0 / step)
     second.close()
 
-    assert 10 <= parts_while_running < 20
+    assert shipped_while_running == 10
     records = read_history(folder)
     assert [(r.step, r.attempt) for r in records] == [(s, 0) for s in range(1, 21)] + [
         (s, 1) for s in range(15, 18)
