@@ -407,6 +407,8 @@ def _check_output(path: str) -> None:
         raise UsageError(f"-o {path} is a directory: name a file in it, e.g. {path}/chart.png")
     if not os.path.isdir(folder):
         raise UsageError(f"cannot write {path}: there is no directory {folder}")
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would hang, a device
+        raise UsageError(f"-o {path} is not a regular file (a device or a pipe): name a file")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):
         raise UsageError(f"cannot write {path}: permission denied")
     try:

@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
 
 def check_output(path: str) -> None:
     """Refuse (UsageError) an output path that cannot be written: a folder, a missing
-    or read-only folder. Checked before the page is made."""
+    or read-only folder, something that is not a regular file (a device, a FIFO).
+    Checked before the page is made."""
     import os
 
     from distspec.errors import UsageError
@@ -68,6 +69,11 @@ def check_output(path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"-o {path}: the folder {folder} does not exist")
+    if os.path.exists(path) and not os.path.isfile(path):
+        # The page is written beside it and renamed over it: never over /dev/null.
+        raise UsageError(
+            f"-o {path} is not a regular file (a device or a pipe): name a file, or - for stdout"
+        )
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise UsageError(f"-o {path}: cannot write there (permission denied)")
 

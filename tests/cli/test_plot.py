@@ -349,6 +349,9 @@ def test_mistakes_are_one_line(state_dir: Path, tmp_path: Path) -> None:
     said = fails(2, handle, "-o", str(tmp_path / "chart.txt"))
     assert "extension .txt" in said and ".png" in said and ".svg" in said
     assert "no extension" in fails(2, handle, "-o", str(tmp_path / "chart"))
+    os.mkfifo(tmp_path / "pipe.png")  # matplotlib would wait for a reader forever
+    assert "is not a regular file" in fails(2, handle, "-o", str(tmp_path / "pipe.png"))
+    (tmp_path / "pipe.png").unlink()
     assert "--width must be >= 1" in fails(2, handle, "--width", "0")
     assert "not allowed with argument" in fails(2, handle, "--log", "--linear")
     if os.geteuid() != 0:  # root writes anywhere

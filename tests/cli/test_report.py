@@ -127,9 +127,12 @@ def test_bad_reports_are_one_line_and_write_nothing(state_dir: Path, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     handle = proc.stdout.splitlines()[0]
     (tmp_path / "adir").mkdir()
+    os.mkfifo(tmp_path / "fifo.html")
     cases = [
         (["-o", "missing/r.html"], "the folder"),
         (["-o", "adir"], "is a folder"),
+        (["-o", "fifo.html"], "is not a regular file"),  # no hang on the pipe
+        (["-o", "/dev/null"], "is not a regular file"),  # never renamed over a device
         (["-m", "loss", "-o", "r.html"], "recorded no metric 'loss'; it recorded: nothing"),
     ]
     for extra, said in cases:
