@@ -129,7 +129,8 @@ def rank_lines(lines: Iterable[str], role: str = "") -> Iterator[tuple[int | Non
     (the text, then the newline: torchrun runs Python unbuffered) prints the text
     without a newline, and whatever the next thread prints lands on the same line:
     ``[rank1]:seq 292[rank0]:seq 7`` then, later, ``[rank1]:``. Here a tee prefix
-    (``[rankN]:``) after text on a line starts a new piece; every piece but a line's
+    (``[rankN]:``, or torchrun's default ``[<role>N]:`` given the ``role``) after
+    text on a line starts a new piece; every piece but a line's
     last is a rank's unfinished line, held until that rank's next piece completes
     it. What is still held when ``lines`` end is given out as it is. A prefix right
     after another (torch's exception hook's ``[rank3]: ``) is part of the text.
@@ -140,7 +141,7 @@ def rank_lines(lines: Iterable[str], role: str = "") -> Iterator[tuple[int | Non
     """
     held: dict[str, str] = {}
     for line in lines:
-        pieces = _tee_pieces(line)
+        pieces = _tee_pieces(line, role)
         last = len(pieces) - 1
         for i, (prefix, text) in enumerate(pieces):
             if prefix in held:
@@ -153,25 +154,30 @@ def rank_lines(lines: Iterable[str], role: str = "") -> Iterator[tuple[int | Non
         yield split_rank(prefix + text, role)
 
 
-def _tee_pieces(line: str) -> list[tuple[str, str]]:
-    """``line`` cut before each ``[rankN]:`` that follows text: ``(prefix, text)``
-    pairs, the prefix ``""`` for a first piece without one."""
+def _tee_pieces(line: str, role: str = "") -> list[tuple[str, str]]:
+    """``line`` cut before each tee prefix that follows text (``[rankN]:``, or with
+    ``role`` torchrun's default ``[<role>N]:``): ``(prefix, text)`` pairs, the prefix
+    ``""`` for a first piece without one."""
     pieces: list[tuple[str, str]] = []
     prefix = ""
     start = 0
-    at = line.find("[rank")
+    at = line.find("[")
     while at != -1:
-        end = line.find("]:", at + 5)
-        if end > at + 5 and line[at + 5 : end].isdigit():
+        end = line.find("]:", at + 1)
+        if end == -1:
+            break
+        label = line[at + 1 : end]
+        name = "rank" if label.startswith("rank") else role
+        if name and label.startswith(name) and label[len(name) :].isdigit():
             if at == start:  # a prefix at the start of a piece, or right after one
                 if not prefix and at == 0:
                     prefix, start = line[: end + 2], end + 2
             else:
                 pieces.append((prefix, line[start:at]))
                 prefix, start = line[at : end + 2], end + 2
-            at = line.find("[rank", end + 2)
+            at = line.find("[", end + 2)
         else:
-            at = line.find("[rank", at + 5)
+            at = line.find("[", at + 1)
     pieces.append((prefix, line[start:]))
     return pieces
 

@@ -112,6 +112,28 @@ def test_rank_lines_rejoins_lines_cut_by_the_tailer(
     assert list(rank_lines(lines)) == expected
 
 
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # torchrun's default prefix ([<role><local rank>]:, no distspec template: a
+        # job submitted by hand) is cut like [rankN]: when the role is known.
+        (
+            ["[train1]:sum 3[train0]:sum 3", "[train1]:"],
+            [(None, "sum 3"), (None, "sum 3")],
+        ),
+        (["[train0]:a[train1]:b[train0]:c"], [(None, "ac"), (None, "b")]),
+        # Another role's prefix, or a role prefix without digits, is text.
+        (["[train0]:see [eval1]: and [train]:"], [(None, "see [eval1]: and [train]:")]),
+    ],
+)
+def test_rank_lines_cuts_at_the_roles_default_prefix(
+    lines: list[str], expected: list[tuple[int | None, str]]
+) -> None:
+    assert list(rank_lines(lines, "train")) == expected
+    # Without the role, the same lines are not cut (nothing says what prefixes are).
+    assert len(list(rank_lines(lines))) == len(lines)
+
+
 @pytest.mark.torch
 def test_a_line_cut_while_another_rank_prints_is_read_whole(tmp_path: Path) -> None:
     """Two of torchrun's tailer threads (ranks 0 and 1) printing into one stream: rank

@@ -3,12 +3,16 @@
 It knows nothing of distspec: it reads RANK, LOCAL_RANK and WORLD_SIZE from the
 environment a launcher (torchrun, or distspec launch's torchrun-compatible
 environment) sets, makes a gloo process group from the env:// rendezvous, trains
-a tiny linear model on synthetic data for a few DDP steps and returns, without
-ever calling ``destroy_process_group`` (as many real scripts do)::
+a tiny linear model on synthetic data for a few DDP steps, destroys its process
+group and returns, as PyTorch's DDP tutorial does::
 
     torchrun --nproc_per_node 2 torchrun_ddp.py --steps 5
 
 ``--fail-rank R`` makes rank R raise ValueError after its first step.
+``--no-destroy`` returns without ``destroy_process_group`` (as many real scripts
+do): torch then tears the group down at interpreter exit, and its gloo threads now
+and then abort the process there (SIGABRT; ``scripts/measure_teardown`` counts how
+often), which is torch's behaviour under any launcher, not one to test for.
 Each rank prints ``step S rank R loss L`` and ``rank R done: trained S steps``.
 """
 
@@ -28,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--no-destroy", action="store_true")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -51,7 +56,8 @@ def main() -> None:
         if args.fail_rank == rank:
             raise ValueError(f"rank {rank} fails on purpose after step {step}")
     print(f"rank {rank} done: trained {args.steps} steps", flush=True)
-    # No dist.destroy_process_group(): the process group ends with the interpreter.
+    if not args.no_destroy:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
