@@ -47,6 +47,39 @@ Rendezvous, as decided here and nowhere else:
   ignores ``--node_rank`` there (``torch/distributed/run.py``, ``config_from_args``).
 - elastic ``-j MIN:MAXxM`` becomes ``--nnodes MIN:MAX``.
 
+Rendezvous timeouts grow with the job (:func:`scaled_rdzv_conf`). torchrun's are
+fixed: the static rendezvous waits ``timeout`` 900 s for every node (torchrun's
+``LaunchConfig`` sets it where ``--rdzv_conf`` does not, ``launcher/api.py``; the
+handler's own 600 s, ``static_tcp_rendezvous.py``, applies only outside torchrun),
+c10d ``join_timeout`` 600 s with ``read_timeout`` 60 s per store operation
+(``dynamic_rendezvous.py``, ``c10d_rendezvous_backend.py``; its
+``last_call_timeout`` 30 s and ``close_timeout`` 30 s are left alone). The window
+opens when the first agent arrives, but at thousands of nodes the agents do not
+start together: spreading a Python environment to 4,096 Aurora nodes alone took
+751 s (ezpz), and the one store on node 0 then serves every node. So up to
+:data:`RDZV_SCALE_NODES` nodes distspec emits nothing (torchrun's defaults, the
+command as before); above it the window grows a quarter of a second per further
+node, ``window = 600 + (nodes - 64) // 4`` (1,608 s at 4,096 nodes), and each key
+is the larger of torchrun's default and its scaled value: ``join_timeout`` and
+static's ``timeout`` the window, ``read_timeout`` a tenth of it (as torch's
+600/60; 160 s at 4,096). A key is written only where it exceeds torchrun's default
+(c10d's ``join_timeout`` from 68 nodes, static's ``timeout`` from 1,268), merged
+into the user's ``--rdzv_conf``: the user's keys stay as typed and win, a computed
+key is added only where the user did not set it, and ``auto`` chooses static or
+c10d from the user's keys alone (a computed ``join_timeout`` never turns a static
+job into c10d). etcd backends get nothing. ``scripts/sim_rendezvous`` measures
+both rendezvous against a real TCPStore; docs/contributing/performance.md has its
+numbers.
+
+The store is torch's TCPStore on node 0; torch >= 2.4 serves it with libuv by
+default (``USE_LIBUV``, read in ``torch/distributed/elastic/utils/distributed.py``
+and ``torch/distributed/rendezvous.py``), which PyTorch built for jobs of more than
+1,024 ranks ("Introduction to Libuv TCPStore Backend"). ``pyproject.toml`` still
+allows torch 2.3, whose default is the older server, slower to accept thousands
+of connections at once. distspec sets nothing for it (the environment is the
+user's, and the longer windows above cover a slower start); on torch 2.3 at
+thousands of nodes, upgrading torch is the fix.
+
 Script arguments arrive byte-identical: torchrun passes every worker argument
 (the script or module too, unless ``--no-python``) through
 ``string.Template.safe_substitute(local_rank=...)``, which turns ``$$`` into ``$``
@@ -60,7 +93,8 @@ macros (``${replica_id}`` ...) are left as they are, for the backend to fill in.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from distspec.errors import ComponentError
 from distspec.specs import macros
@@ -72,12 +106,15 @@ __all__ = [
     "RDZV_AUTO",
     "RDZV_BACKENDS",
     "RDZV_PORT_SPAN",
+    "RDZV_SCALE_NODES",
     "STATIC_RDZV_CONF_KEYS",
     "TORCHRUN",
+    "TORCHRUN_RDZV_DEFAULTS",
     "check_rdzv_conf",
     "escape_dollars",
     "job_rdzv_port",
     "nproc_per_node",
+    "scaled_rdzv_conf",
     "torchrun_args",
 ]
 
@@ -149,7 +186,9 @@ def torchrun_args(
             (``join_timeout=600,timeout=900``), passed on single- and multi-node
             jobs alike; None or empty omits it. With :data:`RDZV_AUTO` a key the
             static rendezvous does not read (anything but ``timeout``) selects c10d;
-            with ``static`` it is refused.
+            with ``static`` it is refused. On more than :data:`RDZV_SCALE_NODES`
+            nodes the timeouts of :func:`scaled_rdzv_conf` that it does not set are
+            added after its own keys.
         retries: whether the scheduler reruns or replaces failed nodes
             (``max_retries`` > 0): :data:`RDZV_AUTO` then selects c10d, which takes a
             replacement node back in (Kubernetes replaces one failed pod at a time).
@@ -217,6 +256,9 @@ def torchrun_args(
         ]
         if rdzv_backend == "static":
             args += ["--node_rank", node_rank]
+        # After the choice, which reads only the user's keys: a computed c10d key
+        # must not turn auto's static into c10d.
+        rdzv_conf = _merge_rdzv_conf(rdzv_conf, scaled_rdzv_conf(rdzv_backend, topology.nodes))
     if rdzv_conf:
         args += ["--rdzv_conf", rdzv_conf]
     args += ["--max_restarts", str(max_restarts)]
@@ -280,6 +322,51 @@ def escape_dollars(text: str) -> str:
 #: The ``--rdzv_conf`` keys torchrun's static rendezvous reads
 #: (``static_tcp_rendezvous.create_rdzv_handler``; ``rank`` comes from ``--node_rank``).
 STATIC_RDZV_CONF_KEYS = frozenset({"timeout"})
+
+
+#: Up to this many nodes the rendezvous keeps torch's timeouts; above it,
+#: :func:`scaled_rdzv_conf` adds a quarter of a second per node.
+RDZV_SCALE_NODES = 64
+
+#: torchrun's defaults for the keys distspec may compute, in seconds: static's
+#: ``timeout`` as torchrun's ``LaunchConfig`` sets it (``launcher/api.py``), c10d's
+#: from ``dynamic_rendezvous.py`` and ``c10d_rendezvous_backend.py``.
+TORCHRUN_RDZV_DEFAULTS: Mapping[str, int] = MappingProxyType(
+    {"timeout": 900, "join_timeout": 600, "read_timeout": 60}
+)
+
+
+def scaled_rdzv_conf(backend: str, nodes: int) -> dict[str, int]:
+    """The ``--rdzv_conf`` timeouts, in seconds, for a job of ``nodes`` nodes
+    (the most nodes, for an elastic job) where they exceed torchrun's defaults.
+
+    ``window = 600 + max(0, nodes - 64) // 4``; static's ``timeout`` and c10d's
+    ``join_timeout`` are the window, c10d's ``read_timeout`` a tenth of it, each
+    kept only where it is longer than torchrun's default (900, 600 and 60 s).
+    Nothing for up to :data:`RDZV_SCALE_NODES` nodes, nor for the etcd backends.
+
+    >>> scaled_rdzv_conf("static", 4096)
+    {'timeout': 1608}
+    >>> scaled_rdzv_conf("c10d", 4096)
+    {'join_timeout': 1608, 'read_timeout': 160}
+    >>> scaled_rdzv_conf("c10d", 64)
+    {}
+    """
+    window = 600 + max(0, nodes - RDZV_SCALE_NODES) // 4
+    if backend == "static":
+        conf = {"timeout": window}
+    elif backend == "c10d":
+        conf = {"join_timeout": window, "read_timeout": window // 10}
+    else:
+        return {}
+    return {key: value for key, value in conf.items() if value > TORCHRUN_RDZV_DEFAULTS[key]}
+
+
+def _merge_rdzv_conf(user: str | None, computed: dict[str, int]) -> str | None:
+    """The user's ``--rdzv_conf`` as typed, then each computed key it does not set."""
+    keys = _conf_keys(user)
+    added = [f"{key}={value}" for key, value in computed.items() if key not in keys]
+    return ",".join([user, *added] if user else added) or user
 
 
 def _conf_keys(text: str | None) -> frozenset[str]:
