@@ -92,6 +92,10 @@ ENV_VARIABLES = (
     "DISTSPEC_METRICS",
     "DISTSPEC_METRICS_SINKS",
     "DISTSPEC_METRICS_SHIP_S",
+    # env_to_local (schedulers/batch/envcopy.py): the node-local copy of the job's
+    # Python environment, and how long the batch script waits for every node's copy.
+    "DISTSPEC_ENV_LOCAL",
+    "DISTSPEC_ENV_TIMEOUT",
 )
 #: Read by the test suite and scripts/ only, never by distspec; never flagged.
 DEV_VARIABLES = (
@@ -723,8 +727,9 @@ def _is_secret(key: str) -> bool:
 
 
 def _is_env(key: str) -> bool:
-    """``env``, ``extra_env``, ``job_env``: environment variables, ``NAME=VALUE``."""
-    return any(w == "env" or w.endswith("env") for w in _words(key))
+    """``env``, ``extra_env``, ``job_env``, ``pbs.env``: environment variables,
+    ``NAME=VALUE``. A key only starting with one (``env_to_local``, a path) is not."""
+    return _words(key)[-1].endswith("env")
 
 
 def masked(key: str, value: Any) -> Any:

@@ -11,6 +11,8 @@ Put together from what is already kept, nothing asked of the scheduler twice:
   :func:`distspec.runtime.init` appends one line per attempt once its process group
   is up (:data:`TIMELINE_FILE`); a script that never calls ``init()`` has no such
   line;
+- **environment packed, ready**: with ``env_to_local``, the ``env_packed`` and
+  ``env_ready`` lines of ``timeline.jsonl`` (:mod:`distspec.runtime.envcopy`);
 - **first metric**: the first record of ``metrics.jsonl`` (:mod:`distspec.metrics`).
 
 ``distspec describe`` prints it with each phase's length (how long the job waited in
@@ -119,6 +121,37 @@ def _first_metric(folder: str) -> tuple[float, int | None, int] | None:
     return first.time, first.step, first.attempt
 
 
+def _env_events(folder: str) -> list[Event]:
+    """``env_to_local``: the environment packed (or found in the cache), then ready on
+    every node, from the ``env_packed`` and ``env_ready`` lines of the job's timeline
+    (:mod:`distspec.runtime.envcopy`); the last attempt's when the job was requeued."""
+    out: list[Event] = []
+    ready: list[tuple[float, str, float]] = []
+    for data in _runtime_events(folder):
+        kind = data.get("event")
+        seconds = data.get("seconds")
+        took = float(seconds) if isinstance(seconds, (int, float)) else 0.0
+        if kind == "env_packed":
+            ready = []
+            cached = "reused from the cache" if data.get("reused") else f"packed in {took:.1f}s"
+            out = [Event("env packed", float(data["time"]), cached, phase="starting the job")]  # type: ignore[arg-type]
+        elif kind == "env_ready":
+            ready.append((float(data["time"]), str(data.get("node") or "?"), took))  # type: ignore[arg-type]
+    if ready:
+        ready.sort()
+        first = ready[0][0]
+        spread = ", ".join(f"{h} +{t - first:.1f}s (unpack {s:.1f}s)" for t, h, s in ready)
+        out.append(
+            Event(
+                "env ready",
+                ready[-1][0],
+                f"{len(ready)} node(s): {spread}",
+                phase="copying the environment",
+            )
+        )
+    return out
+
+
 def job_timeline(status: AppStatus, folder: str | None) -> list[Event]:
     """The run's events in time order (see the module's docstring); what is not known
     is left out. ``folder`` is its job folder (None, or a URL: the status only)."""
@@ -159,6 +192,7 @@ def job_timeline(status: AppStatus, folder: str | None) -> list[Event]:
                 )
             )
     if local and folder:
+        events += _env_events(folder)
         for data in _runtime_events(folder):
             if data.get("event") != "process_group":
                 continue

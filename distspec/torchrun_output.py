@@ -402,7 +402,8 @@ def failure_excerpt(
 
     ``lines`` are ``(rank, text)`` pairs as :func:`split_rank` gives them. The rank is
     the first failure torchrun reports (:func:`root_cause`), else the rank of the last
-    traceback, else None. The excerpt is that rank's last traceback (from
+    traceback, else the one rank all ranked lines carry (a log of one rank), else None.
+    The excerpt is that rank's last traceback (from
     ``Traceback (most recent call last):`` to its last line), else its last lines;
     for a plain program (no ranks) the last traceback or last lines of the log. At
     most ``limit`` lines, the end kept.
@@ -412,6 +413,10 @@ def failure_excerpt(
     if rank is None:
         traced = [r for r, text in lines if r is not None and text.startswith(_TRACEBACK)]
         rank = traced[-1] if traced else None
+    if rank is None:
+        # One rank's own log (a direct launch, workers=direct): every ranked line is its.
+        ranks = {r for r, _ in lines if r is not None}
+        rank = ranks.pop() if len(ranks) == 1 else None
     if rank is not None:
         own = [text for r, text in lines if r == rank]
     else:

@@ -506,6 +506,22 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
         None,
         "PersistentVolumeClaim",
     )
+    # -- env_to_local (Slurm, PBS): refused at compile, before anything is packed ---------
+    for sched in ("slurm", "pbs"):
+        for cfg, text in (
+            ("env_to_local=tmp", "absolute node-local directory"),
+            ("env_to_local=/tmp/a b", "absolute node-local directory"),
+            ("env_to_local=/tmp/../etc", "absolute node-local directory"),
+            ("env_to_local=/tmp,env_prefix=venv", "expected an absolute path"),
+            ("env_to_local=/tmp,env_prefix=/usr", "not a virtual environment"),
+            ("env_prefix=/opt/venv", "env_prefix is set without env_to_local"),
+        ):
+            yield (
+                f"env-to-local-{sched}-{cfg}",
+                ["run", "--dryrun", "-s", sched, "-cfg", cfg, *DDP],
+                None,
+                text,
+            )
     # -- secrets: never echoed, never doubled -------------------------------------------
     for cfg in (
         f"secret_env=HF_TOKEN={SECRET}",

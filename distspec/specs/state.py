@@ -141,10 +141,15 @@ class AppStatus:
         return self.state.is_terminal
 
     def first_failure(self) -> ReplicaStatus | None:
-        """The failed replica to blame: non-zero exit code first, lowest role/replica order."""
+        """The failed replica to blame: a non-zero exit code other than SIGTERM's first
+        (143, or -15 as torchrun writes it: how launchers and schedulers stop the other
+        replicas once one failed, so a replica ended by it is most often a bystander),
+        then any non-zero code, then any failed one; lowest role/replica order within
+        each."""
         failed = [r for role in self.roles for r in role.replicas if r.state is AppState.FAILED]
         with_code = [r for r in failed if r.exit_code not in (None, 0)]
-        pool = with_code or failed
+        own = [r for r in with_code if r.exit_code not in (143, -15)]
+        pool = own or with_code or failed
         return pool[0] if pool else None
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,7 +25,8 @@ __all__ = [
 ]
 
 # The small status files; everything else in the folder (logs, task.sh) is skipped.
-_STATUS_NAMES = frozenset({"attempt", "requeues", "exit", "signal"})
+# "ranks": a direct launch's number of ranks (batch/direct.py), one log file each.
+_STATUS_NAMES = frozenset({"attempt", "requeues", "exit", "signal", "ranks"})
 
 
 def read_job_folder(folder: str | os.PathLike[str] | None) -> dict[str, str]:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
-from distspec.snapshot.options import SnapshotOptions
+from distspec.schedulers.batch.direct import Workers
+from distspec.schedulers.batch.envcopy import EnvCopyOptions
 from distspec.specs.app import NAME_CHARS
 from distspec.specs.options import option
 
@@ -46,7 +47,7 @@ class Launcher(str, enum.Enum):
 
 
 @frozen
-class PbsOptions(SnapshotOptions):
+class PbsOptions(EnvCopyOptions):
     """Run options of the PBS backend (``-cfg k=v``); each maps to one qsub flag or
     one choice in the script."""
 
@@ -70,6 +71,12 @@ class PbsOptions(SnapshotOptions):
         Launcher.PBSDSH,
         "What starts one task per host in a multi-node job: pbsdsh (pbsdsh -n, one per host) "
         "or mpiexec (one mpiexec -n N with mpiexec_args). A 1-node job needs neither.",
+    )
+    workers: Workers = option(
+        Workers.TORCHRUN,
+        "Who starts a torchrun role's processes: torchrun (one agent per host) or direct "
+        "(one mpiexec -n N*M --ppn M, every rank a task; no elastic, restarts, retries or "
+        "arrays; launcher is then unused). See docs/launch.md.",
     )
     mpiexec_args: tuple[str, ...] = option(
         ("--ppn", "1"),

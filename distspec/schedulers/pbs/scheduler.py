@@ -38,6 +38,7 @@ from __future__ import annotations
 from distspec.errors import SchedulerError, UsageError
 from distspec.frozen import FrozenDict, replace
 from distspec.schedulers.api import AppSummary, Capabilities
+from distspec.schedulers.batch.direct import task_count
 from distspec.schedulers.batch.folder import parse_int, read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord, write_private
 from distspec.schedulers.environment import submit_env
@@ -351,6 +352,8 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         else:
             assert info is not None
             roles = [(info.name or "app", max(1, len(info.hosts)))]
+        # A direct launch (workers=direct): one replica per rank, not per host.
+        roles = [(role, task_count(files, count)) for role, count in roles]
         restarts = parse_int(files.get("attempt")) or 0
 
         if info is None or info.state in FINISHED:

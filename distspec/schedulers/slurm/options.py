@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
-from distspec.snapshot.options import SnapshotOptions
+from distspec.schedulers.batch.direct import Workers
+from distspec.schedulers.batch.envcopy import EnvCopyOptions
 from distspec.specs.options import option
 
 __all__ = [
@@ -37,7 +38,7 @@ class GpuFlag(str, enum.Enum):
 
 
 @frozen
-class SlurmOptions(SnapshotOptions):
+class SlurmOptions(EnvCopyOptions):
     """Run options of the Slurm backend (``-cfg k=v``); each maps to one sbatch/srun flag."""
 
     partition: str | None = option(None, "Partition to submit to (--partition).")
@@ -93,6 +94,12 @@ class SlurmOptions(SnapshotOptions):
         True,
         "Live logs: PYTHONUNBUFFERED=1 for every replica (unless the role sets it) and "
         "srun --unbuffered; false leaves output buffered (fewer, larger writes).",
+    )
+    workers: Workers = option(
+        Workers.TORCHRUN,
+        "Who starts a torchrun role's processes: torchrun (one agent per node) or direct "
+        "(one srun step, --ntasks-per-node=M, every rank a task; no elastic, restarts or "
+        "retries). See docs/launch.md.",
     )
 
 

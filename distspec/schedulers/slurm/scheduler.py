@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from distspec.errors import CompileError, SchedulerError, UsageError
 from distspec.schedulers.api import AppSummary, Capabilities
+from distspec.schedulers.batch.direct import task_count
 from distspec.schedulers.batch.folder import read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord
 from distspec.schedulers.environment import submit_env
@@ -457,6 +458,8 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
                 (info.name or "app" if i == 0 else f"{info.name}{i}", max(1, len(c.nodes)))
                 for i, c in enumerate(info.components)
             ]
+        # A direct launch (workers=direct): one replica per rank, not per node.
+        roles = [(role, task_count(files, count)) for role, count in roles]
         # Restarts: requeues (Slurm's count) plus in-script retries (max_retries).
         requeues = int(files.get("requeues", "0") or 0)
         if info is not None:
@@ -482,7 +485,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
             comp_state = SLURM_STATES.get(comp.state, AppState.UNKNOWN)
             if lagging and comp_state is AppState.PENDING:
                 comp_state = AppState.RUNNING
-            count = len(comp.nodes) if comp.nodes else count
+            count = task_count(files, len(comp.nodes) if comp.nodes else count)
             replicas = tuple(
                 replica_status(role, i, comp_state, comp, files, restarts, folder_str)
                 for i in range(count)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 
 from distspec.errors import CompileError
+from distspec.schedulers.batch import envcopy
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.logs import log_file_name
 from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.schedulers.slurm.options import (
@@ -342,6 +344,7 @@ def _plain_body(
         f"export DISTSPEC_RANK0_HOST={host}",
         "",
     ]
+    out += envcopy.slurm_lines(opts, NAME, job_dir=job_dir, roles=len(app.roles))
     if opts.requeue:
         signal = requeue_signal(opts)
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
@@ -400,6 +403,12 @@ def compile_script(
     check_options(opts)
     if after and any(re.match(r"--dependency(=|$)", f) for f in opts.sbatch_args):
         raise _bad("sbatch_args --dependency and --after both set: give the dependency once")
+    if opts.workers is Workers.DIRECT:
+        from distspec.schedulers.slurm.direct import direct_script
+
+        return direct_script(
+            app, opts, app_id=app_id, job_dir=job_dir.rstrip("/"), after=after, points=points
+        )
     retries = _retries(app)
     het = len(app.roles) > 1
     if het and points is not None:
@@ -455,6 +464,7 @@ def compile_script(
         for index, role in enumerate(app.roles)
     ]
     out += [_task(), batch.WAIT_FUNCTIONS]
+    out += envcopy.slurm_lines(opts, NAME, job_dir=base, roles=len(app.roles))
     if opts.requeue:
         signal = requeue_signal(opts)
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
