@@ -168,3 +168,26 @@ def test_cancel_removes_the_copy(small_env: tuple[Path, Path, dict[str, str]]) -
     assert not queued.stdout.strip(), f"job {job_id} still queued"
     assert not Path(local).exists()
     assert not Path(f"{local}.tar").exists()
+
+
+def test_a_missing_node_local_directory_fails_early_naming_the_node(
+    small_env: tuple[Path, Path, dict[str, str]],
+) -> None:
+    """A DIR that no node has: the job ends before any rank starts (its script with
+    exit code 2), and the end of `run --wait` quotes the one line naming each node;
+    nothing is packed."""
+    root, small, env = small_env
+    jobs = root / "jobs"
+    missing = root / "no-such-dir"  # on the shared file system, so on no node either
+    proc = _distspec(
+        small, root, env, "run", "-s", "slurm", "--wait",
+        "-cfg", f"env_to_local={missing},job_dir={jobs},snapshot=off",
+        "dist.ddp", "-j", "2x2", "--script", "train.py",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    for node in ("n0", "n1"):
+        assert f"node {node}: env_to_local={missing} is not a directory there" in out, out
+    (folder,) = (p for p in jobs.iterdir() if p.is_dir() and p.name.startswith("train-"))
+    assert not _prefixes(folder)  # no rank ran
+    assert not (jobs / "envs").exists() or not list((jobs / "envs").glob("*.tar"))
