@@ -129,21 +129,5 @@ def direct_script(
         else f
         for f in flags
     ]
-    body = slurm._single_quoted("\n".join(task) + "\n")
-    out += [
-        f"srun {' '.join(f for f in flags if f)} \\",
-        f'  --output="$DISTSPEC_JOB_DIR"/{log} bash -c {body[:-1]}'
-        + ("' &" if opts.requeue else "'"),
-    ]
-    if opts.requeue:
-        out += [
-            "# wait returns early when the trap has run: wait again while srun runs.",
-            "distspec_srun=$!",
-            "while :; do",
-            '  wait "$distspec_srun"',
-            "  distspec_code=$?",
-            '  kill -0 "$distspec_srun" 2> /dev/null || break',
-            "done",
-            'exit "$distspec_code"',
-        ]
+    out += slurm._srun_step([f for f in flags if f], log, task, requeue=opts.requeue)
     return "\n".join(out) + "\n"

@@ -243,6 +243,31 @@ def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
     }
 
 
+def _srun_step(flags: Sequence[str], log: str, task: Sequence[str], *, requeue: bool) -> list[str]:
+    """The one srun step of a single-role job: ``flags``, each task's output to ``log``
+    (a shell word in the job folder), ``task``'s lines as one ``bash -c`` word. With
+    ``requeue`` it runs in the background, and the script waits for it across the
+    requeue trap (a trapped signal ends ``wait`` early) and exits with its code."""
+    # The task body is one single-quoted word: its own quotes survive unchanged.
+    body = _single_quoted("\n".join(task) + "\n")
+    out = [
+        f"srun {' '.join(flags)} \\",
+        f'  --output="$DISTSPEC_JOB_DIR"/{log} bash -c {body[:-1]}' + ("' &" if requeue else "'"),
+    ]
+    if requeue:
+        out += [
+            "# wait returns early when the trap has run: wait again while srun runs.",
+            "distspec_srun=$!",
+            "while :; do",
+            '  wait "$distspec_srun"',
+            "  distspec_code=$?",
+            '  kill -0 "$distspec_srun" 2> /dev/null || break',
+            "done",
+            'exit "$distspec_code"',
+        ]
+    return out
+
+
 def _job_folder(base: str, app: AppDef, points: Points | None) -> str:
     """``export DISTSPEC_JOB_DIR=<job_dir>/<app>-<job id>`` (an array task's: ``1234_7``)."""
     folder = shell_word(f"{base}/{app.name}-", {})
@@ -350,24 +375,7 @@ def _plain_body(
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
     log = shell_word(log_file_name(name, "%t"), {})
     flags = _srun_flags(0, role, opts, het=False)
-    # The task body is one single-quoted word: its own quotes survive unchanged.
-    body = _single_quoted("\n".join(task) + "\n")
-    out += [
-        f"srun {' '.join(flags)} \\",
-        f'  --output="$DISTSPEC_JOB_DIR"/{log} bash -c {body[:-1]}'
-        + ("' &" if opts.requeue else "'"),
-    ]
-    if opts.requeue:
-        out += [
-            "# wait returns early when the trap has run: wait again while srun runs.",
-            "distspec_srun=$!",
-            "while :; do",
-            '  wait "$distspec_srun"',
-            "  distspec_code=$?",
-            '  kill -0 "$distspec_srun" 2> /dev/null || break',
-            "done",
-            'exit "$distspec_code"',
-        ]
+    out += _srun_step(flags, log, task, requeue=opts.requeue)
     return out
 
 
