@@ -262,12 +262,19 @@ def _report_start(lines: Sequence[str], *, first: bool = False) -> int | None:
 
 
 def root_cause(lines: Sequence[str], *, first: bool = False) -> RootCause | None:
-    """The "Root Cause (first observed failure)" entry of the last (with ``first``,
-    the first) ChildFailedError report in ``lines`` (torchrun's stderr, without
-    newlines), or None without one.
+    """The failure to blame in the last (with ``first``, the first) ChildFailedError
+    report in ``lines`` (torchrun's stderr, without newlines), or None without one.
 
-    The entry reads (torch 2.x)::
+    The report reads (torch 2.x)::
 
+        Failures:
+        [1]:
+          time      : 2026-11-26_09:15:07
+          host      : n1
+          rank      : 2 (local_rank: 0)
+          exitcode  : -6 (pid: 29854)  (SIGABRT)
+          ...
+        ------------------------------------------------------------
         Root Cause (first observed failure):
         [0]:
           time      : 2026-11-26_09:15:07
@@ -277,13 +284,50 @@ def root_cause(lines: Sequence[str], *, first: bool = False) -> RootCause | None
           error_file: <N/A>
           traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
         ============================================================
+
+    The "Root Cause" entry is torchrun's earliest failure, but its clock counts whole
+    seconds and a tie goes to the lowest local rank. So when that entry was ended by
+    SIGABRT or SIGTERM (how gloo and NCCL abort a rank whose peer died, and how a
+    rank is stopped) and another worker in the same second exited by itself (a code,
+    or another signal), that worker is the one returned: one rank raising makes its
+    peers abort within the same poll, and torchrun cannot tell which came first.
     """
     start = _report_start(lines, first=first)
     if start is None:
         return None
+    found = _entry(lines[start + 1 : start + 12])
+    if found[1].exitcode in _BYSTANDER_SIGNALS:
+        # The "Failures:" section just above the Root Cause: entries "[k]:".
+        top = start
+        while top > 0 and not lines[top - 1].startswith(("Failures:", "=")) and start - top < 400:
+            top -= 1
+        entries = [i for i in range(top, start) if _is_entry(lines[i])]
+        others = [_entry(lines[i + 1 : i + 12]) for i in entries]
+        own = [
+            other
+            for time, other in others
+            if time == found[0] and other.exitcode not in (None, 0, *_BYSTANDER_SIGNALS)
+        ]
+        if own:
+            return own[0]
+    return None if found[1] == RootCause() else found[1]
+
+
+# Minus the signal, as torchrun writes it: SIGABRT and SIGTERM.
+_BYSTANDER_SIGNALS = (-6, -15)
+
+
+def _is_entry(text: str) -> bool:
+    """Whether ``text`` opens an entry of the report: ``[k]:``."""
+    return text.startswith("[") and text.endswith("]:") and text[1:-2].isdigit()
+
+
+def _entry(lines: Sequence[str]) -> tuple[str | None, RootCause]:
+    """``(time, failure)`` of one entry of a ChildFailedError report: the lines after
+    its ``[k]:`` (which may lead them), up to the next entry or section line."""
     fields: dict[str, str] = {}
-    for text in lines[start + 1 : start + 12]:
-        if text.startswith("="):
+    for i, text in enumerate(lines):
+        if text.startswith(("=", "-")) or (i and _is_entry(text)):
             break
         key, _, value = text.partition(":")
         fields.setdefault(key.strip(), value.strip())
@@ -302,14 +346,13 @@ def root_cause(lines: Sequence[str], *, first: bool = False) -> RootCause | None
         except ValueError:
             return None
 
-    found = RootCause(
+    return fields.get("time"), RootCause(
         rank=number(fields.get("rank")),
         local_rank=number(fields.get("rank"), "local_rank:"),
         host=fields.get("host") or None,
         exitcode=number(fields.get("exitcode")),
         pid=number(fields.get("exitcode"), "pid:"),
     )
-    return None if found == RootCause() else found
 
 
 def torchrun_root_cause(lines: Sequence[str], role: str = "") -> tuple[int, str] | None:

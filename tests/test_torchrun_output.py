@@ -293,3 +293,55 @@ def test_a_line_cut_by_torchruns_tailer_is_read_whole(tmp_path: Path) -> None:
     printed = out.getvalue()
     assert printed == "[rank3]:step 7[rank3]:\n"  # torchrun's cut, as it is
     assert split_rank(printed.rstrip("\n")) == (3, "step 7")
+
+
+def _report(*entries: tuple[str, int, int]) -> list[str]:
+    """A ChildFailedError report as torch 2.x prints it: ``(time, rank, exitcode)``
+    per failure, the first entry being the root cause, the others "Failures"."""
+
+    def entry(idx: int, time: str, rank: int, code: int) -> list[str]:
+        return [
+            f"[{idx}]:",
+            f"  time      : 2026-11-27_18:43:{time}",
+            "  host      : n0",
+            f"  rank      : {rank} (local_rank: {rank})",
+            f"  exitcode  : {code} (pid: {100 + rank})",
+            "  error_file: <N/A>",
+            "  traceback : To enable traceback see: https://pytorch.org/docs",
+        ]
+
+    (root, *others) = entries
+    lines = ["=" * 40, "train.py FAILED", "-" * 40, "Failures:"]
+    for idx, (time, rank, code) in enumerate(others, start=1):
+        lines += entry(idx, time, rank, code)
+    if not others:
+        lines.append("  <NO_OTHER_FAILURES>")
+    lines += ["-" * 40, "Root Cause (first observed failure):", *entry(0, *root), "=" * 40]
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("entries", "blamed"),
+    [
+        # torchrun's tie in the same second goes to local rank 0, which gloo aborted
+        # because rank 1 raised: rank 1 is the cause (the CI flake of stop 35).
+        ((("11", 0, -6), ("11", 1, 7)), 1),
+        ((("11", 0, -15), ("11", 2, -15), ("11", 3, 1)), 3),
+        ((("11", 0, -6), ("11", 1, -11)), 1),  # a segfault is a cause of its own
+        # A second apart, torchrun's order is real: its root cause stays.
+        ((("10", 0, -6), ("11", 1, 7)), 0),
+        # Bystanders only, or a root cause that exited by itself: kept.
+        ((("11", 0, -6), ("11", 1, -15)), 0),
+        ((("11", 0, 1), ("11", 1, 7)), 0),
+        ((("11", 2, -6),), 2),
+    ],
+)
+def test_root_cause_prefers_a_rank_that_ended_by_itself_in_the_same_second(
+    entries: tuple[tuple[str, int, int], ...], blamed: int
+) -> None:
+    lines = ["[rank1]: ValueError: broken", *_report(*entries), "torchrun exits"]
+    found = root_cause(lines)
+    assert found is not None and found.rank == blamed
+    code = dict((rank, code) for _, rank, code in entries)[blamed]
+    assert found.exitcode == code and found.local_rank == blamed and found.host == "n0"
+    assert root_cause(lines, first=True) == found

@@ -141,15 +141,22 @@ class AppStatus:
         return self.state.is_terminal
 
     def first_failure(self) -> ReplicaStatus | None:
-        """The failed replica to blame: a non-zero exit code other than SIGTERM's first
-        (143, or -15 as torchrun writes it: how launchers and schedulers stop the other
-        replicas once one failed, so a replica ended by it is most often a bystander),
-        then any non-zero code, then any failed one; lowest role/replica order within
-        each."""
+        """The failed replica to blame, lowest role/replica order within each tier.
+
+        1. a non-zero exit code other than SIGTERM's or SIGABRT's;
+        2. SIGABRT (134, or -6 as torchrun writes it): how gloo and NCCL's watchdog
+           abort a rank whose peer died, so a rank that exited by itself beside it
+           is the likelier cause;
+        3. SIGTERM (143, or -15): how launchers and schedulers stop the other
+           replicas once one failed, most often a bystander;
+        4. any failed replica.
+        """
         failed = [r for role in self.roles for r in role.replicas if r.state is AppState.FAILED]
         with_code = [r for r in failed if r.exit_code not in (None, 0)]
-        own = [r for r in with_code if r.exit_code not in (143, -15)]
-        pool = own or with_code or failed
+        aborted = [r for r in with_code if r.exit_code in (134, -6)]
+        stopped = [r for r in with_code if r.exit_code in (143, -15)]
+        own = [r for r in with_code if r.exit_code not in (134, -6, 143, -15)]
+        pool = own or aborted or stopped or failed
         return pool[0] if pool else None
 
     def to_dict(self) -> dict[str, Any]:

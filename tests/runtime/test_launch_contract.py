@@ -220,6 +220,36 @@ def test_report_of_a_rank_that_printed_a_traceback_and_exited_7() -> None:
     )
 
 
+def test_report_blames_the_rank_that_exited_not_the_one_gloo_aborted() -> None:
+    """The same run when rank 0, waiting on rank 1 in gloo, is aborted (SIGABRT,
+    "terminate called without an active exception") within the second rank 1 exits
+    7: torchrun's clock ties them and its table names rank 0 as root cause (seen in
+    CI under torch 2.13). launch blames rank 1 and exits 7 all the same."""
+    recorded = (DATA / "torchrun-exit7.stderr").read_text()
+    sigterm = "  exitcode  : -15 (pid: 21795)  (SIGTERM)"
+    assert sigterm in recorded
+    table = recorded.index("Failures:")
+    head, tail = (
+        recorded[:table],
+        recorded[table:].replace(sigterm, "  exitcode  : -6 (pid: 21795)"),
+    )
+    entries = tail.split("[1]:\n")[1].split("---")[0], tail.split("[0]:\n")[1].split("===")[0]
+    swapped = tail.replace(entries[0], "@ROOT@").replace(entries[1], entries[0])
+    swapped = swapped.replace("@ROOT@", entries[1])
+    assert swapped != tail and "rank      : 0 (local_rank: 0)\n  exitcode  : -6" in swapped
+    stream = (head + swapped).encode()
+    watch = TorchrunStderr()
+    for line in stream.splitlines(keepends=True):
+        watch.feed(line)
+    watch.unwritten()
+    failure = failure_report(watch.written, watch.hidden)
+    assert failure is not None and failure.exit_code == 7
+    assert failure.lines[0] == (
+        "distspec launch: failed: rank 1 (local rank 1) on localhost exited with 7"
+    )
+    assert failure.lines[-2:] == ("ValueError: rank 1 is broken on purpose", "---")
+
+
 def test_report_of_a_rank_that_raised_after_init() -> None:
     """Recorded: the same with DDP_FAIL_RANK=1 alone: torch's exception hook prefixes
     the traceback with [rank1]: and the worker exits 1."""

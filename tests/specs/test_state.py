@@ -29,6 +29,12 @@ def _status(*codes: int | None) -> AppStatus:
         ((-15, 143, 1, 143), 2),
         # A replica killed by SIGKILL (137: the OOM killer) is a cause of its own.
         ((143, 137), 1),
+        # SIGABRT (134, torchrun's -6) is how gloo and NCCL abort a rank whose peer
+        # died: the rank that exited by itself beside it is blamed ...
+        ((134, 7), 1),
+        ((-6, 143, 1), 2),
+        # ... but an abort still comes before the ranks SIGTERM stopped.
+        ((143, 134, 143), 1),
         # Only SIGTERMs: the first of them.
         ((None, 143, 143), 1),
         # No code at all: the first failed replica.
