@@ -151,6 +151,8 @@ class Allocation:
         cpus_per_host: CPUs per host (the smallest across hosts), if known.
         hostfile: the file the hosts were read from (PBS, hostfile).
         in_step: launch itself runs inside a Slurm job step (``srun --pty bash``).
+        vnodes: for each host, the index of its first line in the host file: where
+            ``pbsdsh -n`` runs a task on it (PBS).
     """
 
     where: Where
@@ -161,6 +163,7 @@ class Allocation:
     cpus_per_host: int | None = None
     hostfile: str | None = None
     in_step: bool = False
+    vnodes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,6 +299,7 @@ def find_allocation(
             gpus_per_host=_gpus(environ, "NGPUS"),
             cpus_per_host=_int(environ, "NCPUS"),
             hostfile=path,
+            vnodes=tuple(slots.index(h) for h in hosts),
         )
     # Slurm's spank_pbs plugin sets PBS_JOBID (and no PBS_NODEFILE) in every Slurm
     # job, and Slurm's PBS wrappers (slurm-wlm-torque) run qsub jobs as Slurm jobs:
@@ -612,9 +616,20 @@ def plan_launch(
             f"pbsdsh starts one task on every host of the job ({len(alloc.hosts)}); "
             f"for {len(hosts)} of them use mpiexec"
         )
-    # Torque's -u: once per distinct host (not once per slot); torchrun then starts
-    # the processes of its host and c10d numbers the nodes.
-    return plan(Method.PBSDSH_TORCHRUN, ["pbsdsh", "-u", "--", *torchrun_line(standalone=False)])
+    # One pbsdsh -n per distinct host (not per slot), at the index of the host's first
+    # nodefile line: Torque's -u would do it in one call, PBS Pro's pbsdsh has no -u.
+    # torchrun then starts the processes of its host and c10d numbers the nodes.
+    return plan(
+        Method.PBSDSH_TORCHRUN,
+        [
+            python,
+            "-m",
+            "distspec.runtime.pbsdsh_hosts",
+            ",".join(str(i) for i in alloc.vnodes),
+            "--",
+            *torchrun_line(standalone=False),
+        ],
+    )
 
 
 def _srun(alloc: Allocation, hosts: tuple[str, ...], nproc: int, *, per_node: bool) -> list[str]:

@@ -3,10 +3,11 @@
 One test per page (its id is the page's path): the page's blocks run in order
 in a fresh directory holding a copy of the repo's examples/, with
 DISTSPEC_STATE_DIR and HOME inside it and the venv's bin first on PATH (the
-convention is in tests/docs/snippets.py). Blocks marked ``slurm``/``pbs`` run in
-a second test of the page, ``PAGE[slurm]``, carrying the ``slurm`` marker: it
-needs the local Slurm cluster (scripts/slurm-cluster; ``pbs`` blocks use Slurm's
-PBS wrappers on it, not a PBS server). Blocks marked ``k8s`` run in ``PAGE[k8s]``
+convention is in tests/docs/snippets.py). Blocks marked ``slurm`` run in a second
+test of the page, ``PAGE[slurm]``, carrying the ``slurm`` marker: it needs the
+local Slurm cluster (scripts/slurm-cluster). Blocks marked ``pbs`` run in
+``PAGE[pbs]`` (marker ``openpbs``) on the local OpenPBS server (scripts/pbs-cluster,
+its client commands first on PATH). Blocks marked ``k8s`` run in ``PAGE[k8s]``
 against the locally built kube-apiserver (scripts/k8s-apiserver; no kubelet, so
 nothing a pod would print can be shown). A cluster test writes the page's
 titled files and runs only its cluster blocks (in page order), so a dry run
@@ -64,13 +65,22 @@ def _params() -> list[object]:
             tags = needs_cluster(_blocks(page))
         except SnippetError:
             continue  # the local test reports it
-        if tags & {"slurm", "pbs"}:
+        if "slurm" in tags:
             params.append(
                 pytest.param(
                     page,
                     "slurm",
                     id=f"{_rel(page)}[slurm]",
                     marks=[pytest.mark.slurm, pytest.mark.slow],
+                )
+            )
+        if "pbs" in tags:
+            params.append(
+                pytest.param(
+                    page,
+                    "pbs",
+                    id=f"{_rel(page)}[pbs]",
+                    marks=[pytest.mark.openpbs, pytest.mark.slow],
                 )
             )
         if "k8s" in tags:
@@ -129,13 +139,17 @@ def _cancel_leftovers(work: Path, env: dict[str, str]) -> None:
         _distspec(work, env, "cancel", handle)
 
 
-def _cluster_ready(cluster: str) -> dict[str, str]:
+def _cluster_ready(cluster: str, env: dict[str, str]) -> dict[str, str]:
     """Bring up (or skip for) what a cluster test needs; extra environment for it."""
     if cluster == "slurm":
         from tests.slurm_cluster import require_slurm_cluster
 
         require_slurm_cluster()
         return {}
+    if cluster == "pbs":
+        from tests.openpbs_cluster import require_openpbs_cluster
+
+        return {"PATH": f"{require_openpbs_cluster()}{os.pathsep}{env['PATH']}"}
     from tests.k8s_apiserver import require_apiserver
 
     return {"KUBECONFIG": require_apiserver()}
@@ -144,15 +158,15 @@ def _cluster_ready(cluster: str) -> dict[str, str]:
 @pytest.mark.parametrize(("page", "cluster"), _params())
 def test_page(page: Path, cluster: str | None, tmp_path: Path) -> None:
     blocks = _blocks(page)
-    wanted = {None: set(), "slurm": {"slurm", "pbs"}, "k8s": {"k8s"}}[cluster]
-    extra_env = _cluster_ready(cluster) if cluster else {}
+    wanted = {None: set(), "slurm": {"slurm"}, "pbs": {"pbs"}, "k8s": {"k8s"}}[cluster]
     work = tmp_path / "work"
     home = tmp_path / "home"
     home.mkdir()
     shutil.copytree(
         REPO / "examples", work / "examples", ignore=shutil.ignore_patterns("__pycache__")
     )
-    env = _page_env(work, home) | extra_env
+    env = _page_env(work, home)
+    env |= _cluster_ready(cluster, env) if cluster else {}
     skipped: list[str] = []
     ran = commands = 0
     try:
@@ -166,16 +180,13 @@ def test_page(page: Path, cluster: str | None, tmp_path: Path) -> None:
             if runs and block.tags - wanted:
                 if cluster is None:
                     need = "/".join(sorted(block.tags))
-                    test = "k8s" if "k8s" in block.tags else "slurm"
+                    test = next(t for t in ("k8s", "pbs", "slurm") if t in block.tags)
                     skipped.append(
                         f"{block.where}: needs {need} (runs in the page's [{test}] test)"
                     )
                 continue
             if runs and cluster is not None and not block.tags & wanted:
                 continue  # the page's local test runs it
-            if "pbs" in block.tags and shutil.which("qsub", path=env["PATH"]) is None:
-                skipped.append(f"{block.where}: Slurm's PBS wrappers (qsub) are not installed")
-                continue
             n = run_block(block, work, env)
             ran += block.action not in ("write", "none")
             commands += n

@@ -140,7 +140,8 @@ def test_one_node_runs_directly_and_many_use_the_launcher() -> None:
 
 def test_common_case_scripts_are_short() -> None:
     """#13: one role without retries reads like a hand-written script (< 40 lines when
-    #13 set it; 40 since each torchrun command has its worker-Python line, #21)."""
+    #13 set it; 40 since each torchrun command has its worker-Python line, #21; 41 since
+    the job takes qsub's PATH back from a real PBS's login shell, #29)."""
     for nodes, opts in (
         (1, {}),
         (2, {}),
@@ -148,7 +149,7 @@ def test_common_case_scripts_are_short() -> None:
         (64, {"resource_style": "nodes"}),
     ):
         text = _compile(_app(_role(nodes, 8, gpu=8)), **opts)
-        assert len(text.splitlines()) <= 40, text
+        assert len(text.splitlines()) <= 41, text
         assert "distspec_wait" not in text and "attempt" not in text
 
 
@@ -924,6 +925,30 @@ def test_pbspro_exit_status_values(
     assert msg in status.msg
 
 
+def test_a_walltime_kill_is_said_as_such_though_the_script_saw_sigterm(
+    sched: PbsScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    """A real OpenPBS server ends a job past its walltime with SIGTERM (the script's trap
+    writes ``signal``) and Exit_status -29: the walltime is the reason given (#29)."""
+    _submit(sched, fake_commands, tmp_path, _app(_role(2, 8)))
+    (_folder(tmp_path) / "signal").write_text("TERM\n")
+    fake_commands.on(
+        "qstat", stdout=PBSPRO_FINISHED.replace("Exit_status = 3", "Exit_status = -29")
+    )
+    status = sched.describe("1234.pbs01")
+    assert status is not None
+    assert (status.state, status.msg) == (
+        AppState.CANCELLED,
+        "the job exceeded its walltime (Exit_status -29)",
+    )
+    # Without a limit's code, the trap's record says how it ended.
+    fake_commands.on(
+        "qstat", stdout=PBSPRO_FINISHED.replace("Exit_status = 3", "Exit_status = 271")
+    )
+    status = sched.describe("1234.pbs01")
+    assert status is not None and status.msg == "terminated by SIGTERM"
+
+
 def test_describe_queued_shows_the_server_comment(
     sched: PbsScheduler, fake_commands: FakeCommands, tmp_path: Path
 ) -> None:
@@ -1109,3 +1134,33 @@ def test_list_keeps_the_users_jobs(
         f"90    train    {user}    00:00:00 R debug\n",
     )
     assert dict(sched.list()[0].extra) == {"submitted": "1000.0"}
+
+
+@pytest.mark.parametrize(
+    "x_answer",
+    [
+        (
+            "Unknown option: x\nUsage:\n    qstat [-f] [-a|-i|-r] [job_id...]\n",
+            0,
+        ),  # Slurm's wrapper
+        ('<?xml version="1.0"?><Data><Job><Job_Id>1234.pbs01</Job_Id></Job></Data>', 0),  # Torque
+        ("", 2),
+    ],
+)
+def test_list_asks_qstat_x_for_the_history_and_falls_back_to_plain_qstat(
+    sched: PbsScheduler, fake_commands: FakeCommands, x_answer: tuple[str, int]
+) -> None:
+    """PBS Pro and OpenPBS list finished jobs only with -x (a real OpenPBS server showed
+    it, #29); Torque's -x is XML and Slurm's wrappers have no -x: plain qstat then."""
+    import getpass
+
+    table = PBSPRO_TABLE.format(user=getpass.getuser())
+    fake_commands.on("qstat", stdout=x_answer[0], returncode=x_answer[1])
+    fake_commands.on("qstat", stdout=table)
+    assert [a.app_id for a in sched.list()] == ["1240.pbs01", "1234.pbs01"]
+    assert fake_commands.calls == [("qstat", "-x"), ("qstat",)]
+    # A server with history answers -x with its table: one query.
+    fake_commands.calls.clear()
+    fake_commands.on("qstat", stdout=table, match=lambda argv: list(argv) == ["qstat", "-x"])
+    assert [a.app_id for a in sched.list()] == ["1240.pbs01", "1234.pbs01"]
+    assert fake_commands.calls == [("qstat", "-x")]

@@ -455,14 +455,20 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         raise self._failed("qdel", result)
 
     def list(self) -> list[AppSummary]:
-        """The user's jobs that ``qstat`` shows (PBS Pro: not finished ones; Torque and
-        Slurm's wrappers: finished ones too, for a while). The table has no times: a job
-        submitted from this state dir has its submission time from its record and, once
-        finished, its end from the job folder (see :meth:`BatchScheduler._times`)."""
+        """The user's jobs that ``qstat -x`` shows (PBS Pro, OpenPBS: finished ones too,
+        from the server's job history), else plain ``qstat`` (Torque, whose ``-x`` is XML,
+        and Slurm's wrappers, which have no ``-x``: finished ones for a while). The table
+        has no times: a job submitted from this state dir has its submission time from
+        its record and, once finished, its end from the job folder (see
+        :meth:`BatchScheduler._times`)."""
         import getpass
 
         user = getpass.getuser()
-        result = self._run(["qstat"], "qstat")
+        result = self._run(["qstat", "-x"], "qstat -x", ok=False)
+        if result.returncode != 0 or not any(
+            line.startswith("Job id") for line in result.stdout.splitlines()
+        ):
+            result = self._run(["qstat"], "qstat")
         out = []
         for job_id, name, owner, letter in parse_qstat(result.stdout):
             # Some servers cut long names in this table and mark the cut with '*'.

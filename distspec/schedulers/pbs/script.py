@@ -217,6 +217,18 @@ def _directives(
     return lines + (_INVALID_DEP if depend else [])
 
 
+def path_lines(opts: PbsOptions) -> list[str]:
+    """The lines after the ``#PBS`` ones that give the job qsub's PATH back.
+
+    PBS Pro and OpenPBS run the script in the user's login shell, whose profile
+    (Debian's /etc/profile, a ``~/.bash_profile``) sets PATH anew after ``-V`` put
+    qsub's there: torchrun, the venv's python and ``pbsdsh`` would not be found.
+    ``$PBS_O_PATH`` is qsub's PATH on every PBS."""
+    if not opts.export_env:
+        return []
+    return ['[[ -z ${PBS_O_PATH:-} ]] || export PATH="$PBS_O_PATH"  # a login profile reset it']
+
+
 def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
     # A subjob's id starts with its array's number: its point's index tells them apart.
     own = " + DISTSPEC_SWEEP_INDEX" if points is not None else ""
@@ -570,7 +582,7 @@ def compile_script(
     launcher = "none (one node)" if n == 1 else f"{opts.launcher.value}"
 
     hint = _place_hint(opts)
-    out = ["#!/bin/bash", *_directives(app, opts, out_path, after, points)]
+    out = ["#!/bin/bash", *_directives(app, opts, out_path, after, points), *path_lines(opts)]
     if not retries:
         out += _plain_script(
             role, opts, app_id=app_id, folder=folder, out_path=out_path, points=points

@@ -243,9 +243,15 @@ def finished(
     exit_status: int | None, files: Mapping[str, str], cancelled: bool
 ) -> tuple[AppState, str]:
     """The end state of a finished job: from PBS's exit status where it reports one,
-    else from what the job folder recorded."""
-    if cancelled or "signal" in files:
-        return AppState.CANCELLED, "cancelled (qdel)" if cancelled else "terminated by SIGTERM"
+    else from what the job folder recorded. A limit the server enforced (walltime,
+    mem, cput) is said as such, although its SIGTERM also reached the script's trap."""
+    if cancelled:
+        return AppState.CANCELLED, "cancelled (qdel)"
+    if exit_status is not None and exit_status < 0 and exit_status in _EXEC_CODES:
+        state, why = _EXEC_CODES[exit_status]
+        return state, f"{why} (Exit_status {exit_status})"
+    if "signal" in files:
+        return AppState.CANCELLED, "terminated by SIGTERM"
     if exit_status is not None:
         if exit_status == 0:
             return AppState.SUCCEEDED, "finished"
