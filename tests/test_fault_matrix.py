@@ -3,9 +3,11 @@ item 13; docs/reliability.md, "Fault matrix").
 
 Every cell is a real ``distspec run --wait dist.ddp`` job of real torchrun processes:
 ``-j 1x2`` on local_cwd, ``-j 2x1`` (one rank on each node) on the local Slurm
-cluster, and ``-j 1x2`` through Slurm's PBS wrappers (the narrowest stand-in for a
-PBS server that runs here: ``qsub``/``qstat``/``qdel`` translated to Slurm; they
-give a job no ``pbsdsh``, so a multi-node PBS job cannot start its nodes here). Each rank writes
+cluster, ``-j 1x2`` through Slurm's PBS wrappers (``qsub``/``qstat``/``qdel``
+translated to Slurm; they give a job no ``pbsdsh``, so a multi-node job cannot start
+its nodes there), and ``-j 2x1`` on the real OpenPBS server of scripts/pbs-cluster
+(backend ``openpbs``: ``-s pbs`` with its client commands first on PATH; pbsdsh starts
+a torchrun on each host). Each rank writes
 its pid and then waits for a ``go`` file, so the fault always strikes a running job
 and nothing depends on timing. The faults:
 
@@ -16,13 +18,15 @@ and nothing depends on timing. The faults:
 - ``cancel``: ``distspec cancel HANDLE``;
 - ``scheduler-kill``: the scheduler kills the job's processes: on Slurm and PBS
   ``scancel --signal=KILL JOBID`` (every process of every step; the PBS wrappers
-  have no ``qsig``, so the Slurm command stands in for it), on local_cwd SIGKILL to
-  the torchrun agent (the "node").
+  have no ``qsig``, so the Slurm command stands in for it), on OpenPBS ``qsig -s
+  KILL JOBID`` (the job script's session), on local_cwd SIGKILL to the torchrun
+  agent (the "node").
 
 Recorded for each cell (``record_property``, read by ``scripts/reliability``): the
 final state ``distspec status`` reports, ``run --wait``'s exit code, and the
 leftovers: live processes whose command line names the test's folder, Slurm job
-steps still listed, and ``*.tmp`` files in the state directory. Each cell asserts
+steps still listed, OpenPBS jobs not finished, and ``*.tmp`` files in the state
+directory. Each cell asserts
 its expected state and code and that nothing is left over.
 """
 
@@ -39,12 +43,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.openpbs_cluster import require_openpbs_cluster
 from tests.slurm_cluster import cluster_is_up, slurm_cluster_unavailable_reason
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
 
-BACKENDS = ("local_cwd", "slurm", "pbs")
+BACKENDS = ("local_cwd", "slurm", "pbs", "openpbs")
 FAULTS = ("rank-exit", "rank-exit-last", "rank-sigkill", "cancel", "scheduler-kill")
 
 #: (final state, run --wait exit code) each cell must end with.
@@ -57,6 +62,9 @@ EXPECTED: dict[tuple[str, str], tuple[str, int]] = {
     ("local_cwd", "scheduler-kill"): ("FAILED", 137),
     # scancel --signal=KILL: Slurm records the job CANCELLED (its own kill), as on PBS
     **{(b, "scheduler-kill"): ("CANCELLED", 1) for b in ("slurm", "pbs")},
+    # OpenPBS's qsig -s KILL kills the script before it records its exit, and the server
+    # still says Exit_status 0: failed, with no code of a rank's
+    ("openpbs", "scheduler-kill"): ("FAILED", 1),
 }
 
 #: The job: write this rank's pid, wait for ``go``; rank 1 exits 7 if ``go`` says so.
@@ -120,20 +128,38 @@ def _slurm_steps(job: str) -> list[str]:
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
 
 
-def _require(backend: str) -> None:
+def _require(backend: str) -> str:
+    """Skip unless ``backend`` can run here; the PATH to run its cell with."""
+    path = f"{BIN}:{os.environ.get('PATH', '')}"
     if backend == "local_cwd":
-        return
+        return path
+    if backend == "openpbs":
+        return f"{require_openpbs_cluster()}:{path}"
     reason = slurm_cluster_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
     if not cluster_is_up():
         pytest.skip("the local Slurm cluster is not up (scripts/slurm-cluster up)")
+    return path
+
+
+def _pbs_unfinished(job: str, env: dict[str, str]) -> list[str]:
+    """The OpenPBS job, if the server does not yet list it as finished."""
+    proc = subprocess.run(
+        ["qselect", "-s", "QRHTWE"], env=env, capture_output=True, text=True, check=False
+    )
+    return [f"job {job} not finished"] if job in proc.stdout.split() else []
 
 
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize(
     "backend",
-    [b if b == "local_cwd" else pytest.param(b, marks=pytest.mark.slurm) for b in BACKENDS],
+    [
+        "local_cwd",
+        pytest.param("slurm", marks=pytest.mark.slurm),
+        pytest.param("pbs", marks=pytest.mark.slurm),
+        pytest.param("openpbs", marks=pytest.mark.openpbs),
+    ],
 )
 def test_fault(
     backend: str,
@@ -142,16 +168,17 @@ def test_fault(
     state_dir: Path,
     record_property: Callable[[str, object], None],
 ) -> None:
-    _require(backend)
+    path = _require(backend)
     here = tmp_path / "job"
     here.mkdir()
     script = here / "fault.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
-    # PBS runs one node: a multi-node PBS job starts its nodes with pbsdsh or mpiexec,
-    # and the Slurm wrappers provide neither on the job's PATH.
-    j = "2x1" if backend == "slurm" else "1x2"
-    cmd = [str(BIN / "distspec"), "run", "-s", backend, "--wait", "dist.ddp", "-j", j]
+    env = {**os.environ, "PATH": path}
+    # PBS through the wrappers runs one node: a multi-node PBS job starts its nodes with
+    # pbsdsh or mpiexec, and the Slurm wrappers provide neither on the job's PATH.
+    j = "2x1" if backend in ("slurm", "openpbs") else "1x2"
+    scheduler = "pbs" if backend == "openpbs" else backend
+    cmd = [str(BIN / "distspec"), "run", "-s", scheduler, "--wait", "dist.ddp", "-j", j]
     # A port of the cell's own: the cluster is shared, and two multi-node jobs whose
     # first node is the same need different rendezvous ports (docs/reliability.md).
     port = 29600 + BACKENDS.index(backend) * len(FAULTS) + FAULTS.index(fault)
@@ -163,7 +190,7 @@ def test_fault(
     try:
         assert run.stdout is not None
         handle = run.stdout.readline().strip()
-        assert re.fullmatch(rf"{backend}://\S+/\S+", handle), handle
+        assert re.fullmatch(rf"{scheduler}://\S+/\S+", handle), handle
         app_id = handle.rsplit("/", 1)[1]
 
         def started() -> bool:
@@ -193,6 +220,8 @@ def test_fault(
         elif backend == "local_cwd":  # scheduler-kill: the node (torchrun agent) dies
             agent = int(Path(f"/proc/{pids[1]}/stat").read_text().rsplit(")", 1)[1].split()[1])
             os.kill(agent, signal.SIGKILL)
+        elif backend == "openpbs":
+            subprocess.run(["qsig", "-s", "KILL", app_id], env=env, check=True, timeout=60)
         else:
             subprocess.run(["scancel", "--signal=KILL", app_id], check=True, timeout=60)
         out, err = run.communicate(timeout=400)
@@ -219,7 +248,8 @@ def test_fault(
     # a moment to be reaped, so what is left is what remains after up to 30 s.
     def leftovers() -> list[str]:
         procs = _processes_naming(str(here))
-        steps = _slurm_steps(app_id) if backend != "local_cwd" else []
+        steps = _slurm_steps(app_id) if backend in ("slurm", "pbs") else []
+        steps += _pbs_unfinished(app_id, env) if backend == "openpbs" else []
         tmp_files = sorted(str(p.relative_to(state_dir)) for p in state_dir.rglob("*.tmp"))
         return procs + steps + tmp_files
 

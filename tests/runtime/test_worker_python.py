@@ -104,3 +104,42 @@ def test_a_local_job_uses_it_unless_the_user_sets_python_exec(
     gone = _run_local(tmp_path, {**os.environ, WORKER_EXEC_ENV: str(tmp_path / "nowhere")})
     assert gone.returncode == 0, gone.stderr
     assert "rank 0| stderr-was apart" in gone.stdout, gone.stdout
+
+
+@pytest.mark.skipif(not Path("/usr/bin/setpriv").exists(), reason="needs util-linux's setpriv")
+def test_the_worker_dies_with_its_parent(tmp_path: Path) -> None:
+    """A worker whose torchrun is SIGKILLed dies too (PR_SET_PDEATHSIG), although it
+    runs in a session of its own, as torchrun starts it (#29)."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    child = tmp_path / "child.py"
+    child.write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    )
+    # The parent: starts the worker in a new session, as torchrun does, then waits.
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "subprocess.Popen(sys.argv[1:], start_new_session=True)\n"
+            "time.sleep(60)\n",
+            WORKER,
+            str(child),
+        ]
+    )
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the worker did not start"
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    while Path(f"/proc/{worker}").exists():
+        stat = Path(f"/proc/{worker}/stat").read_text().rpartition(")")[2].split()
+        if stat and stat[0] == "Z":
+            break
+        assert time.monotonic() < deadline + 10, "the worker outlived its parent"
+        time.sleep(0.05)

@@ -12,7 +12,6 @@ skip and say why.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -20,16 +19,26 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from distspec.schedulers.api import Dependency, Points
 from distspec.schedulers.pbs import PbsScheduler
-from distspec.specs import AppDef, AppState, Role
+from distspec.specs import AppState
 from tests.openpbs_cluster import require_openpbs_cluster
 from tests.schedulers.batch_apps import FAILING_RANK, FAILING_RANK_CASES, processes_with
+from tests.schedulers.pbs_jobs import (
+    HELLO,
+    SWEEP,
+    bash_app,
+    check_hello,
+    check_sweep,
+    run_dependencies,
+    submit,
+    submit_array,
+    until,
+)
 
 pytestmark = [pytest.mark.openpbs, pytest.mark.slow]
 
@@ -38,13 +47,46 @@ HOSTS = ("pbs0", "pbs1")
 WORKLOAD = Path(__file__).resolve().parents[1] / "thirdparty" / "workloads" / "torchrun_ddp.py"
 
 
+#: What runs on the hosts between jobs: OpenPBS's daemons and its datastore.
+DAEMONS = {"pbs_comm", "pbs_mom", "pbs_sched", "pbs_ds_monitor", "postgres", "pbs_server.bin"}
+
+
+def _left_on_the_hosts(bin_dir: Path, path: str) -> list[str]:
+    """Jobs the server has not finished, and processes in the hosts' namespaces that
+    are neither a daemon nor a namespace's anchor."""
+    state = bin_dir.parent
+    jobs = subprocess.run(
+        ["qselect", "-s", "QRHTWEB"], env={**os.environ, "PATH": path},
+        capture_output=True, text=True, check=False,
+    ).stdout.split()  # fmt: skip
+    left = [f"job {job}" for job in jobs]
+    for host in HOSTS:
+        anchor = (state / "run" / f"{host}.pid").read_text().strip()
+        pids = subprocess.run(
+            ["ip", "netns", "pids", f"distspec-{host}"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        for pid in pids:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if pid != anchor and comm not in DAEMONS:
+                left.append(f"{host}: {pid} {comm}")
+    return left
+
+
 @pytest.fixture
-def pbs_path(monkeypatch: pytest.MonkeyPatch) -> str:
-    """PATH with the cluster's client commands first, then this venv's."""
+def pbs_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """PATH with the cluster's client commands first, then this venv's. After the test,
+    no job of it is left in the server and no process of it on either host."""
     bin_dir = require_openpbs_cluster()
     path = f"{bin_dir}:{BIN}:{os.environ['PATH']}"
     monkeypatch.setenv("PATH", path)
-    return path
+    yield path
+    deadline = time.monotonic() + 60
+    while (left := _left_on_the_hosts(bin_dir, path)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"left behind on the OpenPBS cluster: {left}"
 
 
 @pytest.fixture
@@ -59,36 +101,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def sched(pbs_path: str, state_dir: Path, workdir: Path) -> PbsScheduler:
     return PbsScheduler(state_dir=state_dir)
-
-
-def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
-def _run(sched: PbsScheduler, app: AppDef, after: tuple[Dependency, ...] = (), **opts: str) -> str:
-    request = sched.compile(
-        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}", after=after
-    )
-    return sched.submit(request)
-
-
-def _folder(sched: PbsScheduler, job: str) -> Path:
-    paths = sched.job_paths(job)
-    assert paths is not None, job
-    return Path(paths.folder)
-
-
-def _bash(name: str, script: str, *args: str, nodes: int = 1) -> AppDef:
-    return AppDef(
-        name=name,
-        roles=(
-            Role(name="r", entrypoint="bash", args=("-c", script, "x", *args), num_replicas=nodes),
-        ),
-    )
 
 
 def _qstat_jobs(path: str) -> str:
@@ -111,28 +123,13 @@ def _distspec(workdir: Path, *args: str, timeout: float = 180) -> subprocess.Com
 
 
 def test_a_job_runs_on_a_pbs_host_in_the_submit_folder(sched: PbsScheduler, workdir: Path) -> None:
-    app = _bash(
-        "hello",
-        'echo "replica $1 of $2 app $3 rank0 $4 in $PWD"; echo "to stderr" >&2',
-        "${replica_id}",
-        "${num_replicas}",
-        "${app_id}",
-        "${rank0_host}",
-    )
-    job = _run(sched, app)
+    job = submit(sched, HELLO)
     assert re.fullmatch(r"\d+\.pbs0", job), job  # OpenPBS's own job ids
-    status = sched.wait(job, timeout=90)
-    assert status is not None and status.state is AppState.SUCCEEDED, status
-    replica = status.roles[0].replicas[0]
-    assert (replica.exit_code, replica.state) == (0, AppState.SUCCEEDED)
-    assert replica.hostname in HOSTS, replica
-    lines = list(sched.log_iter(job, "r", 0))
-    assert lines == [f"replica 0 of 1 app {job} rank0 {replica.hostname} in {workdir}", "to stderr"]
-    assert list(workdir.iterdir()) == []  # the output went to the job's -o file
+    assert check_hello(sched, job, workdir) in HOSTS
 
 
 def test_a_failing_job_has_its_exit_status(sched: PbsScheduler) -> None:
-    job = _run(sched, _bash("fails", "echo about to fail; exit 7"))
+    job = submit(sched, bash_app("fails", "echo about to fail; exit 7"))
     status = sched.wait(job, timeout=90)
     assert status is not None and status.state is AppState.FAILED, status
     failed = status.first_failure()
@@ -145,23 +142,23 @@ def test_a_failing_job_has_its_exit_status(sched: PbsScheduler) -> None:
 
 def test_qdel_ends_a_two_host_job_everywhere(sched: PbsScheduler, pbs_path: str) -> None:
     marker = f"distspec-openpbs-{uuid.uuid4().hex}"
-    app = _bash("sleeper", 'echo "on $(hostname)"; exec -a "$1" sleep 300', marker, nodes=2)
-    job = _run(sched, app)
+    app = bash_app("sleeper", 'echo "on $(hostname)"; exec -a "$1" sleep 300', marker, nodes=2)
+    job = submit(sched, app)
     record = sched._record(job)
     assert record is not None
-    _until(
+    until(
         lambda: all(Path(record.folder, f"r-{i}.host").exists() for i in (0, 1)),
         "both replicas to start",
         timeout=90,
     )
-    _until(lambda: len(processes_with(marker)) == 2, "a sleeper on each host")
+    until(lambda: len(processes_with(marker)) == 2, "a sleeper on each host")
     hosts = sorted(Path(record.folder, f"r-{i}.host").read_text().strip() for i in (0, 1))
     assert hosts == list(HOSTS)  # place=scatter: one replica per host
     sched.cancel(job)
     status = sched.wait(job, timeout=90)
     assert status is not None and status.state is AppState.CANCELLED, status
-    _until(lambda: not processes_with(marker), "the sleepers on both hosts to be killed")
-    _until(lambda: job.split(".")[0] not in _qstat_jobs(pbs_path), "qstat to forget the job")
+    until(lambda: not processes_with(marker), "the sleepers on both hosts to be killed")
+    until(lambda: job.split(".")[0] not in _qstat_jobs(pbs_path), "qstat to forget the job")
 
 
 @pytest.mark.torch
@@ -210,39 +207,13 @@ def test_an_array_job_runs_each_point_in_its_own_folder_one_at_a_time(
     """``#PBS -J 0-2%1`` on the real server: one qsub, subjobs ``N[k].pbs0``, one at a
     time; each reads its own line of the points file, runs in its own folder and is
     described, logged and judged alone (the third fails)."""
-    app = _bash(
-        "sweep",
-        'echo "x=$1 index=$DISTSPEC_SWEEP_INDEX app=$2"; sleep 1; exit $(( $1 == 13 ? 3 : 0 ))',
-        "{{x}}",
-        "${app_id}",
-    )
-    points = Points(names=("x",), values=(("11",), ("12",), ("13",)), first=5, max_parallel=1)
-    request = sched.compile_array(
-        app, sched.parse_options({}), app_id=f"sweep-{uuid.uuid4().hex[:8]}", points=points
-    )
-    array = sched.submit(request)
+    app, points = SWEEP
+    array, request = submit_array(sched, app, points)
     assert re.fullmatch(r"\d+\[\]\.pbs0", array), array  # OpenPBS's array id
     jobs = [sched.point_id(array, request, i) for i in range(5, 8)]
     number = array.split("[")[0]
     assert jobs == [f"{number}[{k}].pbs0" for k in range(3)]
-    statuses = [sched.wait(job, timeout=120) for job in jobs]
-    assert [s.state if s else None for s in statuses] == [
-        AppState.SUCCEEDED,
-        AppState.SUCCEEDED,
-        AppState.FAILED,
-    ], statuses
-    failed = statuses[2].first_failure() if statuses[2] else None
-    assert failed is not None and failed.exit_code == 3
-    for k, job in enumerate(jobs):
-        assert list(sched.log_iter(job, "r", 0)) == [f"x={11 + k} index={5 + k} app={job}"]
-    spans = sorted(
-        (
-            (_folder(sched, job) / "r-0.start").stat().st_mtime,
-            (_folder(sched, job) / "exit").stat().st_mtime,
-        )
-        for job in jobs
-    )
-    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans)), spans
+    check_sweep(sched, jobs)
 
 
 def test_after_waits_for_its_condition_and_an_unmeetable_one_never_runs(
@@ -250,35 +221,23 @@ def test_after_waits_for_its_condition_and_an_unmeetable_one_never_runs(
 ) -> None:
     """``#PBS -W depend=`` on the real server: afterok waits for the other job's end,
     afternotok on a failed job runs, and the server deletes an afterok on a failed job."""
-    first = _run(sched, _bash("first", "sleep 2; echo first"))
-    fails = _run(sched, _bash("fails", "exit 4"))
-    then = _run(sched, _bash("then", "echo then"), after=(Dependency(first, "ok"),))
-    never = _run(sched, _bash("never", "echo never"), after=(Dependency(fails, "ok"),))
-    rescue = _run(sched, _bash("rescue", "echo rescue"), after=(Dependency(fails, "failed"),))
-
-    status = sched.wait(then, timeout=120)
-    assert status is not None and status.state is AppState.SUCCEEDED, status
-    started = (_folder(sched, then) / "r-0.start").stat().st_mtime
-    assert started >= (_folder(sched, first) / "exit").stat().st_mtime
-    status = sched.wait(rescue, timeout=120)
-    assert status is not None and status.state is AppState.SUCCEEDED, status
-
-    status = sched.wait(never, timeout=120)
-    assert status is not None and status.state is AppState.CANCELLED, status
-    assert not _folder(sched, never).exists()  # it never ran
+    never, _ = run_dependencies(sched)
+    status = sched.describe(never)
+    assert status is not None
+    assert "deleted before it started: it waited for afterok:" in status.msg, status.msg
 
 
 def test_walltime_ends_the_job(sched: PbsScheduler) -> None:
     """The server ends a job past its walltime (``-l walltime``) with SIGTERM and
     Exit_status -29: ended from outside (cancelled, as Slurm's TIMEOUT), saying why."""
     marker = f"distspec-openpbs-{uuid.uuid4().hex}"
-    job = _run(
-        sched, _bash("slow", 'echo started; exec -a "$1" sleep 300', marker), walltime="00:00:05"
+    job = submit(
+        sched, bash_app("slow", 'echo started; exec -a "$1" sleep 300', marker), walltime="00:00:05"
     )
     status = sched.wait(job, timeout=120)
     assert status is not None and status.state is AppState.CANCELLED, status
     assert status.msg == "the job exceeded its walltime (Exit_status -29)", status.msg
-    _until(lambda: not processes_with(marker), "the sleeper to be killed")
+    until(lambda: not processes_with(marker), "the sleeper to be killed")
     assert next(iter(sched.log_iter(job, "r", 0))) == "started"
 
 
@@ -332,14 +291,31 @@ def test_launch_inside_a_pbs_job(pbs_path: str, workdir: Path) -> None:
     job = subprocess.run(
         ["qsub", str(script)], capture_output=True, text=True, check=True
     ).stdout.strip()
-    _until((workdir / "launch.rc").exists, f"job {job} to end", timeout=180)
+    until((workdir / "launch.rc").exists, f"job {job} to end", timeout=180)
     out = (workdir / "launch.out").read_text()
     assert (workdir / "launch.rc").read_text().strip() == "0", out
     assert out.startswith(f"{BIN / 'python'} -m distspec.runtime.pbsdsh_hosts 0,2 -- "), out
     # Tasks that pbsdsh starts write to the job's output file (PBS's task manager), not
     # to launch's: the MoM copies it to -o when the job ends.
     log = workdir / "job.log"
-    _until(log.exists, f"job {job}'s output file", timeout=60)
+    until(log.exists, f"job {job}'s output file", timeout=60)
     text = log.read_text()
     results = sorted(re.findall(r"^allreduce rank=(\d) world=4 host=(\S+) .* sum=10$", text, re.M))
     assert results == [("0", "pbs0"), ("1", "pbs0"), ("2", "pbs1"), ("3", "pbs1")], text
+
+
+def test_qrerun_runs_the_job_again_and_its_end_is_the_last_runs(
+    sched: PbsScheduler, tmp_path: Path, pbs_path: str
+) -> None:
+    """``qrerun`` SIGTERMs the running job (its trap records ``signal``) and the server
+    runs the script again from the top: that run's success is the job's, the log keeps
+    both runs, and the server's ``run_count`` 2 is one restart."""
+    marker = tmp_path / "first-run"
+    script = f"if [ -e {marker} ]; then echo second run; exit 0; fi; touch {marker}; echo first run; sleep 300"
+    job = submit(sched, bash_app("rerun", script))
+    until(marker.exists, "the first run")
+    subprocess.run(["qrerun", job], check=True, timeout=60, capture_output=True)
+    status = sched.wait(job, timeout=120)
+    assert status is not None and status.state is AppState.SUCCEEDED, status
+    assert status.num_restarts == 1, status
+    assert list(sched.log_iter(job, "r", 0)) == ["first run", "second run"]

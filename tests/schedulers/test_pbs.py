@@ -1164,3 +1164,36 @@ def test_list_asks_qstat_x_for_the_history_and_falls_back_to_plain_qstat(
     fake_commands.on("qstat", stdout=table, match=lambda argv: list(argv) == ["qstat", "-x"])
     assert [a.app_id for a in sched.list()] == ["1240.pbs01", "1234.pbs01"]
     assert fake_commands.calls == [("qstat", "-x")]
+
+
+def test_a_rerun_counts_as_a_restart(
+    sched: PbsScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    """PBS Pro's ``run_count`` 3 (two qreruns or requeues; a real OpenPBS server showed
+    it, #29): two restarts, and the last run's exit status decides."""
+    _submit(sched, fake_commands, tmp_path, _app(_role(2, 8)))
+    finished = PBSPRO_FINISHED.replace("Exit_status = 3", "Exit_status = 0\n    run_count = 3")
+    fake_commands.on("qstat", stdout=finished)
+    status = sched.describe("1234.pbs01")
+    assert status is not None
+    assert (status.state, status.num_restarts) == (AppState.SUCCEEDED, 2)
+    assert {r.restarts for r in status.roles[0].replicas} == {2}
+
+
+def test_exit_status_0_without_the_scripts_exit_is_not_success(
+    sched: PbsScheduler, fake_commands: FakeCommands, tmp_path: Path
+) -> None:
+    """``qsig -s KILL`` kills the script before its EXIT trap writes ``exit``, and a
+    real OpenPBS server still reports Exit_status 0 (#29): not SUCCEEDED."""
+    _submit(sched, fake_commands, tmp_path, _app(_role(2, 8)))
+    (_folder(tmp_path) / "trainer-0.host").write_text("gpu001\n")
+    zero = PBSPRO_FINISHED.replace("Exit_status = 3", "Exit_status = 0")
+    fake_commands.on("qstat", stdout=zero)
+    status = sched.describe("1234.pbs01")
+    assert status is not None and status.state is AppState.FAILED, status
+    assert "killed before it recorded its exit" in status.msg
+    # With the script's own record, 0 is success.
+    (_folder(tmp_path) / "exit").write_text("0\n")
+    fake_commands.on("qstat", stdout=zero)
+    status = sched.describe("1234.pbs01")
+    assert status is not None and status.state is AppState.SUCCEEDED, status

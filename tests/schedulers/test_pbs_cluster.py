@@ -17,7 +17,6 @@ job number, which its job folder records.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -26,14 +25,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from distspec.schedulers.api import Dependency, Points, Request
 from distspec.schedulers.pbs import PbsScheduler
-from distspec.specs import AppDef, AppState, Role
+from distspec.specs import AppState
 from tests.schedulers.batch_apps import (
     FAILING_RANK,
     FAILING_RANK_CASES,
@@ -41,6 +38,17 @@ from tests.schedulers.batch_apps import (
     private_modes,
     processes_with,
     report_then_plain,
+)
+from tests.schedulers.pbs_jobs import (
+    HELLO,
+    SWEEP,
+    bash_app,
+    check_hello,
+    check_sweep,
+    run_dependencies,
+    submit,
+    submit_array,
+    until,
 )
 from tests.slurm_cluster import require_slurm_cluster
 
@@ -66,62 +74,13 @@ def sched(state_dir: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Pb
     return PbsScheduler(state_dir=state_dir)
 
 
-def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
-def _run(sched: PbsScheduler, app: AppDef, after: tuple[Dependency, ...] = (), **opts: str) -> str:
-    request = sched.compile(
-        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}", after=after
-    )
-    return sched.submit(request)
-
-
-def _run_array(
-    sched: PbsScheduler, app: AppDef, points: Points, **opts: str
-) -> tuple[str, Request]:
-    request = sched.compile_array(
-        app, sched.parse_options(opts), app_id=f"{app.name}-{uuid.uuid4().hex[:8]}", points=points
-    )
-    return sched.submit(request), request
-
-
-def _bash(name: str, script: str, *args: str, nodes: int = 1) -> AppDef:
-    return AppDef(
-        name=name,
-        roles=(
-            Role(name="r", entrypoint="bash", args=("-c", script, "x", *args), num_replicas=nodes),
-        ),
-    )
-
-
 def test_one_node_job_succeeds_with_its_logs(sched: PbsScheduler, workdir: Path) -> None:
-    app = _bash(
-        "hello",
-        'echo "replica $1 of $2 app $3 rank0 $4 in $PWD"; echo "to stderr" >&2',
-        "${replica_id}",
-        "${num_replicas}",
-        "${app_id}",
-        "${rank0_host}",
-    )
-    job = _run(sched, app)
-    status = sched.wait(job, timeout=60)
-    assert status is not None and status.state is AppState.SUCCEEDED, status
-    replica = status.roles[0].replicas[0]
-    assert (replica.exit_code, replica.state) == (0, AppState.SUCCEEDED)
-    assert re.fullmatch(r"n[01]", replica.hostname), replica
-    lines = list(sched.log_iter(job, "r", 0))
-    # The job ran where qsub ran ($PBS_O_WORKDIR), not in $HOME.
-    assert lines == [f"replica 0 of 1 app {job} rank0 {replica.hostname} in {workdir}", "to stderr"]
-    assert list(workdir.iterdir()) == []  # no job.pbs.e*/.o* from the wrapper's qsub
+    job = submit(sched, HELLO)
+    assert re.fullmatch(r"n[01]", check_hello(sched, job, workdir))
 
 
 def test_a_failing_job_is_failed_with_its_exit_code(sched: PbsScheduler) -> None:
-    job = _run(sched, _bash("fails", "echo about to fail; exit 7"))
+    job = submit(sched, bash_app("fails", "echo about to fail; exit 7"))
     status = sched.wait(job, timeout=60)
     assert status is not None and status.state is AppState.FAILED, status
     failed = status.first_failure()
@@ -132,15 +91,15 @@ def test_a_failing_job_is_failed_with_its_exit_code(sched: PbsScheduler) -> None
 
 def test_qdel_cancels_a_running_job(sched: PbsScheduler) -> None:
     marker = f"distspec-pbs-{uuid.uuid4().hex}"
-    job = _run(sched, _bash("sleeper", 'echo started; exec -a "$1" sleep 300', marker))
+    job = submit(sched, bash_app("sleeper", 'echo started; exec -a "$1" sleep 300', marker))
     record = sched._record(job)
     assert record is not None
-    _until(lambda: Path(record.folder, "r-0.host").exists(), "the replica to start")
+    until(lambda: Path(record.folder, "r-0.host").exists(), "the replica to start")
     sched.cancel(job)
     status = sched.wait(job, timeout=60)
     assert status is not None and status.state is AppState.CANCELLED, status
 
-    _until(lambda: not processes_with(marker), "the sleeper to be killed")
+    until(lambda: not processes_with(marker), "the sleeper to be killed")
     # The script's TERM trap saw the signal, so even a qdel from outside distspec
     # (no cancel marker in this state dir) reads as cancelled.
     assert Path(record.folder, "signal").read_text().strip() == "TERM"
@@ -153,7 +112,7 @@ def test_two_nodes_through_the_wrappers_mpiexec(
     # `mpiexec` on PATH may be MPICH's or Open MPI's (Debian's alternatives pick the
     # last installed): put the wrappers' own first.
     _wrapper_mpiexec(tmp_path, monkeypatch)
-    app = _bash(
+    app = bash_app(
         "two",
         'echo "replica $1 on $(hostname) rank0 $2"; exit $(( $1 == 1 ? 5 : 0 ))',
         "${replica_id}",
@@ -161,7 +120,7 @@ def test_two_nodes_through_the_wrappers_mpiexec(
         nodes=2,
     )
     # The wrapper's mpiexec takes no --ppn; srun places one task per node here.
-    job = _run(sched, app, launcher="mpiexec", mpiexec_args="")
+    job = submit(sched, app, launcher="mpiexec", mpiexec_args="")
     status = sched.wait(job, timeout=60)
     assert status is not None and status.state is AppState.FAILED, status
     replicas = status.roles[0].replicas
@@ -190,14 +149,14 @@ def test_a_failed_node_ends_the_two_node_job_with_its_code(
     (wait gives up after 90 s), with node 1's code, and node 0 records no code of its own."""
     _wrapper_mpiexec(tmp_path, monkeypatch)
     marker = f"distspec-pbs-{uuid.uuid4().hex}"
-    app = _bash(
+    app = bash_app(
         "failfast",
         'if (( $1 == 0 )); then exec -a "$2" sleep 300; fi; echo "node 1 fails"; exit 9',
         "${replica_id}",
         marker,
         nodes=2,
     )
-    job = _run(sched, app, launcher="mpiexec", mpiexec_args="")
+    job = submit(sched, app, launcher="mpiexec", mpiexec_args="")
     try:
         status = sched.wait(job, timeout=90)
         assert status is not None and status.state is AppState.FAILED, status
@@ -209,13 +168,13 @@ def test_a_failed_node_ends_the_two_node_job_with_its_code(
     record = sched._record(job)
     assert record is not None and Path(record.folder, "exit").read_text() == "9\n"
 
-    _until(lambda: not processes_with(marker), "node 0's sleeper to be stopped")
+    until(lambda: not processes_with(marker), "node 0's sleeper to be stopped")
 
 
 def test_a_retry_reports_the_last_attempts_failure(sched: PbsScheduler, tmp_path: Path) -> None:
     """As on Slurm: attempt 0's real torchrun reports rank 1 exiting 7; attempt 1 fails
     with 4 and no report. The status is attempt 1's."""
-    job = _run(sched, report_then_plain(tmp_path))
+    job = submit(sched, report_then_plain(tmp_path))
     status = sched.wait(job, timeout=180)
     assert status is not None and status.state is AppState.FAILED, status
     replica = status.roles[0].replicas[0]
@@ -303,7 +262,7 @@ def test_job_dir_folder_script_and_record_are_private(sched: PbsScheduler, state
     """As on Slurm: 0700 folders, 0600 script and record, whatever the umask."""
     old = os.umask(0o022)
     try:
-        job = _run(sched, _bash("private", "echo hi"))
+        job = submit(sched, bash_app("private", "echo hi"))
         status = sched.wait(job, timeout=60)
     finally:
         os.umask(old)
@@ -317,12 +276,6 @@ def test_job_dir_folder_script_and_record_are_private(sched: PbsScheduler, state
 # -- job arrays and dependencies through the wrappers ------------------------------
 
 
-def _folder(sched: PbsScheduler, job: str) -> Path:
-    paths = sched.job_paths(job)
-    assert paths is not None, job
-    return Path(paths.folder)
-
-
 @pytest.mark.parametrize("style", ["select", "nodes"])
 def test_an_array_job_runs_each_point_in_its_own_folder_one_at_a_time(
     sched: PbsScheduler, style: str
@@ -332,37 +285,12 @@ def test_an_array_job_runs_each_point_in_its_own_folder_one_at_a_time(
     line of the points file, runs in its own folder and is described, logged and
     judged alone (the third fails). The wrappers name no subjob: each is found by the
     job number its folder recorded."""
-    app = _bash(
-        "sweep",
-        'echo "x=$1 index=$DISTSPEC_SWEEP_INDEX app=$2"; sleep 1; exit $(( $1 == 13 ? 3 : 0 ))',
-        "{{x}}",
-        "${app_id}",
-    )
-    points = Points(names=("x",), values=(("11",), ("12",), ("13",)), first=5, max_parallel=1)
-    array, request = _run_array(sched, app, points, resource_style=style)
+    app, points = SWEEP
+    array, request = submit_array(sched, app, points, resource_style=style)
     assert array.isdigit(), array  # the wrappers' qsub prints the array's number alone
     jobs = [sched.point_id(array, request, i) for i in range(5, 8)]
     assert jobs == [f"{array}[{k}]" for k in range(3)]
-    statuses = [sched.wait(job, timeout=120) for job in jobs]
-    assert [s.state if s else None for s in statuses] == [
-        AppState.SUCCEEDED,
-        AppState.SUCCEEDED,
-        AppState.FAILED,
-    ], statuses
-    failed = statuses[2].first_failure() if statuses[2] else None
-    assert failed is not None and failed.exit_code == 3
-    for k, job in enumerate(jobs):
-        assert list(sched.log_iter(job, "r", 0)) == [f"x={11 + k} index={5 + k} app={job}"]
-    # %1: each point started after the one before had ended.
-    spans = sorted(
-        (
-            (_folder(sched, job) / "r-0.start").stat().st_mtime,
-            (_folder(sched, job) / "exit").stat().st_mtime,
-        )
-        for job in jobs
-    )
-    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans)), spans
-    assert len({_folder(sched, job) for job in jobs}) == 3
+    check_sweep(sched, jobs)
 
 
 def test_after_waits_for_its_condition_and_a_job_whose_dependency_failed_never_runs(
@@ -372,23 +300,10 @@ def test_after_waits_for_its_condition_and_a_job_whose_dependency_failed_never_r
     afterok on a failed job is cancelled (the script's ``#SBATCH
     --kill-on-invalid-dep=yes``: the wrappers would leave it pending forever, as PBS
     would not) and says why; afternotok on the failed job runs."""
-    first = _run(sched, _bash("first", "sleep 2; echo first"))
-    fails = _run(sched, _bash("fails", "exit 4"))
-    then = _run(sched, _bash("then", "echo then"), after=(Dependency(first, "ok"),))
-    never = _run(sched, _bash("never", "echo never"), after=(Dependency(fails, "ok"),))
-    rescue = _run(sched, _bash("rescue", "echo rescue"), after=(Dependency(fails, "failed"),))
-
-    status = sched.wait(then, timeout=120)
-    assert status is not None and status.state is AppState.SUCCEEDED, status
-    started = (_folder(sched, then) / "r-0.start").stat().st_mtime
-    assert started >= (_folder(sched, first) / "exit").stat().st_mtime
-    status = sched.wait(rescue, timeout=120)
-    assert status is not None and status.state is AppState.SUCCEEDED, status
-
-    status = sched.wait(never, timeout=120)
-    assert status is not None and status.state is AppState.CANCELLED, status
+    never, fails = run_dependencies(sched)
+    status = sched.describe(never)
+    assert status is not None
     assert f"it waited for afterok:{fails}, which can no longer be met" in status.msg, status.msg
-    assert not _folder(sched, never).exists()  # it never ran
 
 
 def test_cli_sweep_on_pbs_runs_one_array(state_dir: Path, workdir: Path) -> None:

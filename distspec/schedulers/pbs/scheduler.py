@@ -355,6 +355,9 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         # A direct launch (workers=direct): one replica per rank, not per host.
         roles = [(role, task_count(files, count)) for role, count in roles]
         restarts = parse_int(files.get("attempt")) or 0
+        if info is not None and info.run_count > 1:
+            # The server ran the job again (qrerun, a requeue): every run is a restart.
+            restarts += info.run_count - 1
 
         if info is None or info.state in FINISHED:
             exit_status = None if info is None else info.exit_status

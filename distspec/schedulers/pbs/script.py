@@ -272,11 +272,25 @@ def _task(role: Role, *, attempts: bool) -> str:
     )
 
 
+# qdel sends SIGTERM to every task of the job (torchrun too), and SIGKILL to what is
+# left once the script has exited. torchrun's workers run in sessions of their own,
+# which PBS's kill by session misses: an agent SIGKILLed before it stopped them leaves
+# them running (a real OpenPBS server showed it, #29). So the trap waits, up to 8 s
+# (MoM's kill_delay is 10 s), for what the script started to end first.
+TERM_TRAP = (
+    'trap \'echo TERM > "$DISTSPEC_JOB_DIR/signal"; for ((t = 0; t < 80; t++)); do '
+    "[[ -n $(jobs -pr) ]] || break; sleep 0.1; done; exit 143' TERM"
+)
+
 _TRAPS = """\
 # qdel (and Slurm's scancel under its PBS wrappers) sends SIGTERM first: note it, so the
 # job reads as cancelled rather than failed, and take the launchers down with the script.
 distspec_terminated() {
   echo TERM > "$DISTSPEC_JOB_DIR/signal"
+  for ((distspec_t = 0; distspec_t < 80; distspec_t++)); do  # torchrun stops its workers
+    [[ -n $(jobs -pr) ]] || break
+    sleep 0.1
+  done
   distspec_kill "${distspec_pids[@]}"
   exit 143
 }
@@ -433,9 +447,9 @@ def _plain_script(
             if points is None
             else _array_head(points, opts, app_id=app_id, folder=folder)
         ),
-        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/*.{exit,host,start} || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal} || exit 1',
         *(_ARRAY_OUTPUT if points is not None else []),
-        "trap 'echo TERM > \"$DISTSPEC_JOB_DIR/signal\"; exit 143' TERM",
+        TERM_TRAP,
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
         'echo "$code" > "$DISTSPEC_JOB_DIR/exit"' + (f"; {_ENV_CLEAN}" if copy else "") + "' EXIT",
         "set -m  # each launcher leads a process group: the EXIT trap stops what it started here",
@@ -600,7 +614,8 @@ def compile_script(
             if points is None
             else _array_head(points, opts, app_id=app_id, folder=folder)
         ),
-        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" || exit 1',
+        # A rerun (qrerun, a requeue) starts again here: the last run's end is not this one's.
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{exit,signal} || exit 1',
         *(_ARRAY_OUTPUT if points is not None else []),
         f"export DISTSPEC_APP_ID={'$PBS_JOBID' if points is None else '$distspec_id'}",
         "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",

@@ -182,6 +182,9 @@ class JobInfo:
     #: False for a subjob the server does not list (Slurm's PBS wrappers, before it
     #: started): its state is then its array job's, and qdel cannot name it.
     listed: bool = True
+    #: How many times the server has started the job (PBS Pro's ``run_count``: more
+    #: than 1 after a ``qrerun`` or a requeue); 0 where the server does not say.
+    run_count: int = 0
 
 
 def job_info(text: str, job_id: str) -> JobInfo | None:
@@ -207,6 +210,7 @@ def _job_info(attrs: Mapping[str, str]) -> JobInfo:
         hosts=tuple(_exec_hosts(attrs.get("exec_host", ""))),
         comment=attrs.get("comment", ""),
         output_path=attrs.get("Output_Path", ""),
+        run_count=parse_int(attrs.get("run_count", "").strip()) or 0,
     )
 
 
@@ -253,6 +257,14 @@ def finished(
     if "signal" in files:
         return AppState.CANCELLED, "terminated by SIGTERM"
     if exit_status is not None:
+        if exit_status == 0 and "exit" not in files and any(n.endswith(".host") for n in files):
+            # The script's EXIT trap always writes `exit`; only SIGKILL (qsig -s KILL) or
+            # a lost host skips it, and OpenPBS then still says 0 (a real server showed
+            # it, #29).
+            return AppState.FAILED, (
+                "the job script was killed before it recorded its exit (SIGKILL, or its "
+                "host was lost), although PBS says Exit_status 0"
+            )
         if exit_status == 0:
             return AppState.SUCCEEDED, "finished"
         if exit_status < 0:
