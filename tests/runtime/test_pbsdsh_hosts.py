@@ -23,16 +23,23 @@ exec "$@"
 """
 
 
-def _run(tmp_path: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _env(tmp_path: Path) -> dict[str, str]:
+    """This environment with the fake ``pbsdsh`` first on PATH, logging to ``calls``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "pbsdsh").write_text(FAKE)
     (bin_dir / "pbsdsh").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    env["PBSDSH_LOG"] = str(tmp_path / "calls")
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PBSDSH_LOG": str(tmp_path / "calls"),
+    }
+
+
+def _run(tmp_path: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "distspec.runtime.pbsdsh_hosts", *args],
-        env=env,
+        env=_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -64,18 +71,12 @@ def test_bad_arguments_exit_2_with_the_usage(tmp_path: Path, args: tuple[str, ..
 
 
 def test_sigterm_reaches_every_task(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "pbsdsh").write_text(FAKE)
-    (bin_dir / "pbsdsh").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    env["PBSDSH_LOG"] = str(tmp_path / "calls")
     marks = tmp_path / "marks"
     marks.mkdir()
     script = f'trap "touch {marks}/$VNODE; exit 143" TERM; touch {marks}/up-$VNODE; sleep 60 & wait'
     proc = subprocess.Popen(
         [sys.executable, "-m", "distspec.runtime.pbsdsh_hosts", "0,1", "--", "bash", "-c", script],
-        env=env,
+        env=_env(tmp_path),
     )
     deadline = time.monotonic() + 20
     while len(list(marks.glob("up-*"))) < 2:
