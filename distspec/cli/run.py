@@ -612,8 +612,9 @@ def exit_code(
         if aborted_at_exit(excerpt):
             print(
                 f"  note: {what} aborted as its process exited, after its script had returned "
-                "(the script ran to its end: the training completed); end it with "
-                "torch.distributed.destroy_process_group() to let torch's threads stop first",
+                "(the script ran to its end: the training completed): torch's threads were "
+                "still running as Python shut down. destroy_process_group() at the end makes "
+                "this rarer; os._exit(0) after it avoids it (docs: troubleshooting)",
                 file=err,
             )
     elif error:
