@@ -40,7 +40,7 @@ def read_job_folder(folder: str | os.PathLike[str] | None) -> dict[str, str]:
     except OSError:
         return out
     for name in names:
-        if name.endswith((".exit", ".host", ".start")) or name in _STATUS_NAMES:
+        if name.endswith((".exit", ".host", ".start", ".reason")) or name in _STATUS_NAMES:
             try:
                 with open(os.path.join(folder, name)) as f:
                     out[name] = f.read().strip()
@@ -74,11 +74,17 @@ def replica_exit(
     torchrun's root-cause report (:func:`~distspec.torchrun_output.torchrun_root_cause`,
     the same reader local_cwd uses): the worker's own code (a signal N as 128+N) and
     who it was. Without a report the recorded code stays; a code above 128 is then
-    named as a signal. Reason "" for a replica that succeeded or has not exited.
+    named as a signal. A ``.reason`` file beside the log (the script's own cause: the
+    node could not pull the role's image) comes first. Reason "" for a replica that
+    succeeded or has not exited.
     """
     code = exit_code(files, role, replica)
     if code in (None, 0):
         return code, ""
+    # What the script itself found (an image that could not be pulled) says it best.
+    said = files.get(log_file_name(role, replica, "reason"))
+    if said:
+        return code, said
     found = None
     if folder is not None:
         start = parse_int(files.get(log_file_name(role, replica, "start"))) or 0

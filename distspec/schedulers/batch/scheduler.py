@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-    from distspec.specs.app import AppDef
+    from distspec.specs.app import AppDef, Role
     from distspec.specs.state import AppStatus
 else:
     from distspec._typing import Generic, Protocol, TypeVar
@@ -90,6 +90,8 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
     script_suffix: ClassVar[str]
     #: What runs a role in its image directory (``srun --chdir``, the script's ``cd``).
     runs_in: ClassVar[str]
+    #: The container runtimes a message suggests for a container image (``container=``).
+    runtimes: ClassVar[str] = "podman|apptainer"
     #: The UsageError message of ``log_iter(since=...)``.
     no_since: ClassVar[str]
     #: Whether a failed command's message may be on stdout alone (then it is used
@@ -135,7 +137,7 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         points: Points | None,
     ) -> Request:
         check_capabilities(app, self.capabilities, self.name)
-        self._check_image_dir(app)
+        self._check_image_dir(app, opts)
         safe_id = safe_app_id(app_id)
         job_dir = self._job_dir(opts)
         main = f"{safe_id}.{self.script_suffix}"
@@ -181,26 +183,54 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
     def _submit_argv(self, main: str, *, app_id: str, job_dir: str) -> tuple[str, ...]:
         """The command that submits the script ``main`` by hand, from its folder."""
 
-    def _check_image_dir(self, app: AppDef) -> None:
-        """Refuse a role image that is not an absolute directory path.
+    def _check_image_dir(self, app: AppDef, opts: BatchOptsT) -> None:
+        """Refuse a role image that the ``container`` option cannot run.
 
-        On Slurm and PBS a role's image is the directory its processes run in
-        (:attr:`runs_in`; also ``${img_root}``); there is no container runtime. A
+        Without a container runtime (``container=none``) a role's image is the
+        directory its processes run in (:attr:`runs_in`; also ``${img_root}``). A
         container reference (``ghcr.io/pytorch/torchx:0.7.0``) would be queued and fail
-        as it starts, so it is refused here. Compile is pure: the path's syntax is
-        checked (it starts with ``/``), not whether it exists.
+        as it starts, so it is refused here, pointing at ``-cfg container=...``. With a
+        runtime, the image must be one it runs (:func:`.container.runtime_image`).
+        Compile is pure: the path's syntax is checked, not whether it exists.
 
         Raises:
             CompileError: naming ``--image`` and what it means on this scheduler.
         """
+        from distspec.schedulers.batch.container import Container, ImageKind, image_kind
+
+        runtime = getattr(opts, "container", Container.NONE)
         for role in app.roles:
-            if role.image and not role.image.startswith("/"):
+            if not role.image:
+                continue
+            if runtime is not Container.NONE:
+                from distspec.schedulers.batch.container import runtime_image
+
+                runtime_image(role, runtime, self.name)
+            elif not role.image.startswith("/"):
+                kind = image_kind(role.image)
+                hint = (
+                    "; to run it as a container image, choose a runtime: -cfg container="
+                    + self.runtimes
+                    if kind not in (ImageKind.RELATIVE, ImageKind.UNKNOWN)
+                    else ""
+                )
                 raise CompileError(
                     self.name,
                     f"role {role.name!r}: --image {role.image!r} is not an absolute directory; "
                     f"on {self.label} the image is the directory the job runs in ({self.runs_in}), not a container: "
-                    f"leave --image out to run where {self.submit_command} ran, or give an absolute path",
+                    f"leave --image out to run where {self.submit_command} ran, or give an absolute path"
+                    + hint,
                 )
+
+    def working_dir(self, role: Role, opts: BatchOptsT) -> str:
+        """Where the role's relative paths are taken from: its image directory without a
+        container runtime, else where ``distspec run`` runs (the job runs there, in the
+        container, at the same path)."""
+        from distspec.schedulers.batch.container import Container
+
+        if getattr(opts, "container", Container.NONE) is not Container.NONE:
+            return os.getcwd()
+        return super().working_dir(role, opts)
 
     def snapshot_root(self, opts: BatchOptsT) -> str:
         """``<job_dir>/snapshots`` when ``job_dir`` is set (a folder the nodes share, as

@@ -10,7 +10,7 @@ backends' compile steps use. Nothing here runs a command or reads the environmen
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from distspec.errors import CompileError
 from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
@@ -114,12 +114,20 @@ def env_exports(role: Role, values: MacroValues) -> list[str]:
     return lines
 
 
-def role_function(func: str, role: Role, values: MacroValues) -> str:
+def role_function(
+    func: str,
+    role: Role,
+    values: MacroValues,
+    contained: Callable[[list[str], str], list[str]] | None = None,
+) -> str:
     """A shell function ``func`` that exports the role's env and runs its command, with
-    each macro mapped through ``values``."""
+    each macro mapped through ``values``. ``contained``, given the env lines and the
+    command, returns the lines that run it in a container instead."""
     lines = [f"{func}() {{  # role {role.name}"]
-    lines.extend(f"  {line}" for line in env_exports(role, values))
-    lines.append("  " + shell_join([role.entrypoint, *role.args], values))
+    env = env_exports(role, values)
+    command = shell_join([role.entrypoint, *role.args], values)
+    body = contained(env, command) if contained is not None else [*env, command]
+    lines.extend(f"  {line}" for line in body)
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from distspec.errors import CompileError
 from distspec.schedulers.batch import direct, envcopy
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.container import Container
 from distspec.schedulers.pbs import script as pbs
 from distspec.schedulers.pbs.options import NAME, PbsOptions
 from distspec.schedulers.shell import shell_join, shell_word
@@ -26,9 +27,46 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from distspec.schedulers.api import Dependency, Points
-    from distspec.specs.app import AppDef
+    from distspec.schedulers.batch.container import ContainerPlan
+    from distspec.schedulers.shell import MacroValues
+    from distspec.specs.app import AppDef, Role
 
 __all__ = ["direct_script"]
+
+
+def _run(
+    plan: ContainerPlan | None,
+    role: Role,
+    worker: direct.DirectWorker,
+    values: MacroValues,
+    program: list[str],
+    own_port: bool,
+) -> list[str]:
+    """A rank's lines from its exports to its ``.exit`` file, its output prefixed with
+    its rank into its log; in the role's container with podman or apptainer."""
+    env = [line for line in batch.env_exports(role, values) if line != worker_exec_line()]
+    env.append(
+        "export MASTER_ADDR="
+        + shell_word(worker.master_addr, values)
+        + ("" if own_port else " MASTER_PORT=" + shell_word(worker.master_port, values))
+    )
+    command = f"{program[0]} {shell_join([*program[1:], *worker.argv], values)}"
+    pipe = direct.rank_prefix_pipe("$DISTSPEC_REPLICA_ID")
+    if plan is None:
+        return [
+            *env,
+            command + " " + pipe.replace("2>&1 |", "2>&1 < /dev/null |") + ' >> "$base.log" 2>&1',
+            'echo "${PIPESTATUS[0]}" > "$base.exit"',
+        ]
+    # In the background (see container.run_lines): the prefix through a process
+    # substitution, so that `wait` returns the container's own code.
+    prefix = pipe.partition("| ")[2]
+    output = f'> >({prefix} >> "$base.log" 2>&1) 2>&1 < /dev/null'
+    return [
+        *pbs.contained(plan, env, command, role=role.name, output=output),
+        'echo "$?" > "$base.exit"',
+    ]
+
 
 #: The rank of an mpiexec task: MPICH/Intel MPI, Cray PALS, Open MPI, PMIx.
 _RANK = (
@@ -75,7 +113,14 @@ def direct_script(
     base = job_dir.rstrip("/") or "/"
     folder = f"{base.rstrip('/')}/{app_id}"
     out_path = f"{folder}.out"
-    values = pbs._macro_values(role)
+    values = pbs._macro_values(role, opts=opts)
+    plan = pbs.container_plan(role, opts, base)
+    if plan is not None and plan.source and plan.runtime is Container.PODMAN:
+        raise CompileError(
+            NAME,
+            "workers=direct: pull=true with podman would pull once per rank; pull the "
+            "image beforehand, or use workers=torchrun",
+        )
     # The nodefile lists each host once per MPI slot: M per node here.
     directives = [
         line.replace(":mpiprocs=1", f":mpiprocs={nproc}")
@@ -93,14 +138,7 @@ def direct_script(
         f"base=$DISTSPEC_JOB_DIR/{name}-$DISTSPEC_REPLICA_ID; {batch.STAY}",
         batch.START,
         'hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1',
-        *(line for line in batch.env_exports(role, values) if line != worker_exec_line()),
-        "export MASTER_ADDR="
-        + shell_word(worker.master_addr, values)
-        + ("" if own_port else " MASTER_PORT=" + shell_word(worker.master_port, values)),
-        f"{program[0]} {shell_join([*program[1:], *worker.argv], values)} "
-        + direct.rank_prefix_pipe("$DISTSPEC_REPLICA_ID").replace("2>&1 |", "2>&1 < /dev/null |")
-        + ' >> "$base.log" 2>&1',
-        'echo "${PIPESTATUS[0]}" > "$base.exit"',
+        *_run(plan, role, worker, values, program, own_port),
     ]
     end = pbs._heredoc_end(task)
     host = batch.rank0_host_word(opts.rank0_host, '"${hosts[0]}"')
@@ -141,7 +179,11 @@ def direct_script(
         + "' EXIT",
         "set -m  # each launcher leads a process group: the EXIT trap stops what it started here",
         "cd "
-        + (shell_word(role.image, {}) if role.image else '"${PBS_O_WORKDIR:-$PWD}"')
+        + (
+            shell_word(role.image, {})
+            if pbs.workdir_image(role, opts)
+            else '"${PBS_O_WORKDIR:-$PWD}"'
+        )
         + " || exit 1  # PBS starts in $HOME: run where qsub ran",
         "nodefile=${PBS_NODEFILE:-$(generate_pbs_nodefile)}  # Slurm's PBS wrappers set none",
         "mapfile -t hosts < <(awk 'NF && !seen[$1]++ {print $1}' \"$nodefile\")"
@@ -149,6 +191,7 @@ def direct_script(
         f'(( ${{#hosts[@]}} >= {n} )) || {{ echo "distspec: {n} hosts needed, PBS gave '
         f'${{#hosts[@]}}: ${{hosts[*]}}{hint}" >&2; exit 1; }}',
         *copy,
+        *pbs.pull_lines(plan, name, replica="0"),
         ("{ " + pbs._printf_exports(["DISTSPEC_ENV_LOCAL"]) + "; cat; }" if copy else "cat")
         + f" > \"$DISTSPEC_JOB_DIR/task.sh\" << '{end}'  # each rank: APP_ID RANK0_HOST WORKDIR",
         *task,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.container import Container
 from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.batch.envcopy import EnvCopyOptions
 from distspec.specs.app import NAME_CHARS
@@ -116,6 +117,30 @@ class PbsOptions(EnvCopyOptions):
         True,
         "Live logs: PYTHONUNBUFFERED=1 for every replica (unless the role sets it), so "
         "`distspec log -f` shows Python output as it is written; false leaves it buffered.",
+    )
+    container: Container = option(
+        Container.NONE,
+        "How a role's --image runs: none (the image is the absolute directory the job runs "
+        "in), podman, apptainer or singularity (pyxis and oci are Slurm's). See "
+        "docs/containers.md.",
+    )
+    container_env: tuple[str, ...] = option(
+        (),
+        "More variables podman passes into the container by name (their values are not "
+        "written into the script), each NAME or PREFIX*, separated by ';', e.g. HF_TOKEN;WANDB_*.",
+    )
+    container_path: str | None = option(
+        None,
+        "Directories put first on PATH inside the container (e.g. /opt/venv/bin), before "
+        "the standard ones; unset: the image's own PATH.",
+    )
+    container_args: tuple[str, ...] = option(
+        (), "More flags for the runtime (podman run, apptainer exec), separated by ';'."
+    )
+    pull: bool = option(
+        False,
+        "Pull the image before the job's command runs (podman: on each host; apptainer: "
+        "once into the job folder), so that a failed pull is the job's cause.",
     )
 
 

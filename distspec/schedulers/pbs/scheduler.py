@@ -80,7 +80,8 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
     name = NAME
     Options = PbsOptions
     capabilities = Capabilities(
-        mount_kinds=frozenset(),
+        # Bind mounts need -cfg container=... (checked by the script's compile).
+        mount_kinds=frozenset({"bind"}),
         elastic=False,
         multi_role=False,
         shared_files=True,

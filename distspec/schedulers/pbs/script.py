@@ -26,8 +26,9 @@ import re
 from collections.abc import Sequence
 
 from distspec.errors import CompileError
-from distspec.schedulers.batch import envcopy
+from distspec.schedulers.batch import container, envcopy
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.container import Container, ContainerPlan
 from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.pbs.options import (
     NAME,
@@ -42,6 +43,7 @@ from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_
 from distspec.specs.app import AppDef, RetryPolicy, Role
 from distspec.specs.macros import Macro
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
+from distspec.torchrun_output import worker_exec_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -229,7 +231,9 @@ def path_lines(opts: PbsOptions) -> list[str]:
     return ['[[ -z ${PBS_O_PATH:-} ]] || export PATH="$PBS_O_PATH"  # a login profile reset it']
 
 
-def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
+def _macro_values(
+    role: Role, points: Points | None = None, opts: PbsOptions | None = None
+) -> MacroValues:
     # A subjob's id starts with its array's number: its point's index tells them apart.
     own = " + DISTSPEC_SWEEP_INDEX" if points is not None else ""
     return {
@@ -243,7 +247,7 @@ def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
             if points is not None
             else f"$(({DEFAULT_RDZV_PORT} + 10#0${{DISTSPEC_APP_ID%%[!0-9]*}} % {RDZV_PORT_SPAN}))"
         ),
-        Macro.IMG_ROOT: role.image if role.image else ShellExpr("$DISTSPEC_WORKDIR"),
+        Macro.IMG_ROOT: role.image if workdir_image(role, opts) else ShellExpr("$DISTSPEC_WORKDIR"),
         **batch.sweep_values(points),
     }
 
@@ -405,6 +409,86 @@ _ARRAY_OUTPUT = [
 ]
 
 
+# -- containers (-cfg container=...) ----------------------------------------------------
+
+
+def workdir_image(role: Role, opts: PbsOptions | None) -> bool:
+    """Whether the role's image is the directory it runs in (``container=none``)."""
+    return bool(role.image) and (opts is None or opts.container is Container.NONE)
+
+
+def container_plan(role: Role, opts: PbsOptions, job_base: str) -> ContainerPlan | None:
+    """The role's container (:mod:`distspec.schedulers.batch.container`), or None.
+
+    Raises:
+        CompileError: a Slurm-only runtime (pyxis, oci), or what the runtime refuses.
+    """
+    if opts.container in container.SLURM_ONLY:
+        how = "srun --container-image" if opts.container is Container.PYXIS else "srun --container"
+        raise _bad(
+            f"container={opts.container.value} runs through Slurm's {how}, which PBS does "
+            "not have; use podman or apptainer"
+        )
+    return container.plan(
+        role,
+        runtime=opts.container,
+        scheduler=NAME,
+        job_base=job_base,
+        workdir='"$DISTSPEC_WORKDIR"',
+        launcher_env="PBS_*",
+        env=opts.container_env,
+        path=opts.container_path,
+        args=opts.container_args,
+        pull=opts.pull,
+    )
+
+
+def container_name(role: str, replica: str = "$DISTSPEC_REPLICA_ID") -> str:
+    """A podman container's name, unique per job (its folder's name), role and replica."""
+    return f'distspec-"${{DISTSPEC_JOB_DIR##*/}}"-{role}-"{replica}"'
+
+
+def contained(
+    plan: ContainerPlan | None,
+    env: list[str],
+    command: str,
+    *,
+    role: str,
+    output: str = "",
+    trap: bool = True,
+) -> list[str]:
+    """A replica's lines from its ``export`` lines to its command: the command, with
+    ``output``, run in the role's container in the background, then ``wait``; without
+    a container ``env`` and ``command`` as they are (in the foreground)."""
+    if plan is None:
+        return [*env, command + (f" {output}" if output else "")]
+    env = [line for line in env if line != worker_exec_line()]
+    name = container_name(role)
+    return [
+        *env,
+        *container.run_lines(plan, command, name=name, exported=env, output=output, trap=trap),
+    ]
+
+
+def pull_lines(plan: ContainerPlan | None, name: str, *, replica: str) -> list[str]:
+    """With ``pull=true``: the lines that pull the role's image (on this host), whose
+    failure records replica ``replica``'s exit code and cause and exits."""
+    if plan is None or not plan.source:
+        return []
+    base = f'"$DISTSPEC_JOB_DIR/{name}-{replica}'
+    return [
+        "# pull=true: pull the image first; a failed pull is the replica's recorded cause.",
+        f'rm -f {base}.reason"',
+        *container.pull_lines(
+            plan,
+            host="$(hostname)",
+            reason_file=base + '.reason"',
+            exit_file=base + '.exit"',
+            log=f'"$DISTSPEC_JOB_DIR/pull-{replica}.log"',
+        ),
+    ]
+
+
 def _plain_script(
     role: Role,
     opts: PbsOptions,
@@ -422,10 +506,11 @@ def _plain_script(
     node ends the job promptly whatever the launcher does on a failure."""
     n = role.num_replicas
     name = role.name  # NAME_CHARS only: a plain word in the shell
-    values = _macro_values(role, points)
+    values = _macro_values(role, points, opts)
     job_id = "$PBS_JOBID" if points is None else "$distspec_id"
     env = batch.env_exports(role, values)
     command = shell_join([role.entrypoint, *role.args], values)
+    plan = container_plan(role, opts, folder.rpartition("/")[0] or "/")
     unbuffered = " PYTHONUNBUFFERED=1" if opts.unbuffered else ""
     launched = "run here" if n == 1 else f"one task each ({opts.launcher.value})"
     pbsdsh = opts.launcher is Launcher.PBSDSH
@@ -454,22 +539,30 @@ def _plain_script(
         'echo "$code" > "$DISTSPEC_JOB_DIR/exit"' + (f"; {_ENV_CLEAN}" if copy else "") + "' EXIT",
         "set -m  # each launcher leads a process group: the EXIT trap stops what it started here",
         "cd "
-        + (shell_word(role.image, {}) if role.image else '"${PBS_O_WORKDIR:-$PWD}"')
+        + (shell_word(role.image, {}) if workdir_image(role, opts) else '"${PBS_O_WORKDIR:-$PWD}"')
         + " || exit 1  # PBS starts in $HOME: run where qsub ran",
     ]
     if n == 1:
         out += copy
         host = batch.rank0_host_word(opts.rank0_host, '"$(hostname)"')
         log = f'"$DISTSPEC_JOB_DIR/{name}-0'
+        output = f'>> {log}.log" 2>&1 < /dev/null'
+        if plan is not None and plan.runtime is Container.PODMAN:
+            # The script's TERM trap removes the container first.
+            stop = container.stop_command(plan, container_name(name)).replace('"', "")
+            out[out.index(TERM_TRAP)] = TERM_TRAP.replace("trap '", f"trap '{stop}; ", 1)
         return [
             *out,
             f'export DISTSPEC_APP_ID="{job_id}" DISTSPEC_REPLICA_ID=0 DISTSPEC_RANK0_HOST={host}',
             f'export DISTSPEC_WORKDIR="$PWD"{unbuffered}',
             batch.START.replace('"$base.log" > "$base.start"', f'{log}.log" > {log}.start"'),
             f'hostname > {log}.host"',
-            *env,
-            f'{command} >> {log}.log" 2>&1 < /dev/null &',
-            "wait $!",
+            *pull_lines(plan, name, replica="0"),
+            *(
+                contained(plan, env, command, role=name, output=output, trap=False)
+                if plan is not None
+                else [*env, f"{command} {output} &", "wait $!"]
+            ),
             "code=$?",
             f'echo "$code" > {log}.exit"',
             'exit "$code"',
@@ -493,8 +586,12 @@ def _plain_script(
         batch.START,
         'hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1',
         *([envcopy.task_path_line()] if copy else []),
-        *env,
-        f'{command} >> "$base.log" 2>&1 < /dev/null',
+        *(
+            pull_lines(plan, name, replica="$DISTSPEC_REPLICA_ID")
+            if plan and plan.runtime is Container.PODMAN
+            else []
+        ),
+        *contained(plan, env, command, role=name, output='>> "$base.log" 2>&1 < /dev/null'),
         'echo "$?" > "$base.exit"',
     ]
     end = _heredoc_end(task)
@@ -515,6 +612,11 @@ def _plain_script(
         f'(( ${{#hosts[@]}} >= {n} )) || {{ echo "distspec: {n} hosts needed, PBS gave '
         f'${{#hosts[@]}}: ${{hosts[*]}}{hint}" >&2; exit 1; }}',
         *copy,
+        *(
+            pull_lines(plan, name, replica="0")
+            if plan and plan.runtime is not Container.PODMAN
+            else []
+        ),
         (
             "cat"
             if points is None and not copy
@@ -591,6 +693,7 @@ def compile_script(
         _check_points(role, points)
     n = role.num_replicas
     base = job_dir.rstrip("/") or "/"
+    plan = container_plan(role, opts, base)
     folder = f"{base.rstrip('/')}/{app_id}"
     out_path = f"{folder}.out"
     launcher = "none (one node)" if n == 1 else f"{opts.launcher.value}"
@@ -620,7 +723,7 @@ def compile_script(
         f"export DISTSPEC_APP_ID={'$PBS_JOBID' if points is None else '$distspec_id'}",
         "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",
         "export DISTSPEC_WORKDIR="
-        + (shell_word(role.image, {}) if role.image else '"${PBS_O_WORKDIR:-$PWD}"'),
+        + (shell_word(role.image, {}) if workdir_image(role, opts) else '"${PBS_O_WORKDIR:-$PWD}"'),
         *(["export PYTHONUNBUFFERED=1"] if opts.unbuffered else []),
         "",
         "# The hosts: $PBS_NODEFILE lists one line per slot, so keep each host's first line",
@@ -658,7 +761,24 @@ def compile_script(
         f"export DISTSPEC_RANK0_HOST={host}",
         "",
         "# The role's command, run by every task: $DISTSPEC_REPLICA_ID is the task's own id.",
-        batch.role_function("distspec_role", role, _macro_values(role, points)),
+        *(
+            pull_lines(plan, name=role.name, replica="0")
+            if plan and plan.runtime is not Container.PODMAN
+            else []
+        ),
+        batch.role_function(
+            "distspec_role",
+            role,
+            _macro_values(role, points, opts),
+            lambda env, command: [
+                *(
+                    pull_lines(plan, role.name, replica="$DISTSPEC_REPLICA_ID")
+                    if plan and plan.runtime is Container.PODMAN
+                    else []
+                ),
+                *contained(plan, env, command, role=role.name),
+            ],
+        ),
         _task(role, attempts=True),
         "# The task file every host runs (the spooled script is only on this host).",
         'export DISTSPEC_TASK="$DISTSPEC_JOB_DIR/task.sh"',

@@ -10,8 +10,10 @@ Nothing here runs a command or reads the environment.
 
 from __future__ import annotations
 
-from distspec.schedulers.batch import direct
+from distspec.errors import CompileError
+from distspec.schedulers.batch import container, direct
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.container import Container
 from distspec.schedulers.logs import log_file_name
 from distspec.schedulers.shell import shell_join, shell_word
 from distspec.schedulers.slurm import script as slurm
@@ -23,9 +25,42 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from distspec.schedulers.api import Dependency, Points
-    from distspec.specs.app import AppDef
+    from distspec.schedulers.batch.container import ContainerPlan
+    from distspec.schedulers.shell import MacroValues
+    from distspec.specs.app import AppDef, Role
 
 __all__ = ["direct_script"]
+
+
+def _run(
+    plan: ContainerPlan | None,
+    role: Role,
+    worker: direct.DirectWorker,
+    values: MacroValues,
+    program: list[str],
+    own_port: bool,
+) -> list[str]:
+    """A rank's lines from its exports to its exit code (``code``), its output
+    prefixed with its rank; in the role's container with podman or apptainer."""
+    env = [line for line in batch.env_exports(role, values) if line != worker_exec_line()]
+    env.append(
+        "export MASTER_ADDR="
+        + shell_word(worker.master_addr, values)
+        + ("" if own_port else " MASTER_PORT=" + shell_word(worker.master_port, values))
+    )
+    command = f"{program[0]} " + shell_join([*program[1:], *worker.argv], values)
+    pipe = direct.rank_prefix_pipe("$SLURM_PROCID")
+    if plan is None or plan.runtime in container.SLURM_ONLY:
+        lines = slurm.contained(plan, env, command, replica="$SLURM_PROCID", role=role.name)
+        return [*lines[:-1], f"{lines[-1]} {pipe}", "code=${PIPESTATUS[0]}"]
+    # In the background (see container.run_lines): the prefix through a process
+    # substitution, so that `wait` returns the container's own code.
+    prefix = pipe.partition("| ")[2]
+    output = f"> >({prefix}) 2>&1"
+    lines = slurm.contained(
+        plan, env, command, replica="$SLURM_PROCID", role=role.name, output=output
+    )
+    return [*lines, "code=$?"]
 
 
 def _resources(app: AppDef, opts: SlurmOptions, nproc: int) -> list[str]:
@@ -60,7 +95,14 @@ def direct_script(
     role = app.roles[0]
     name = role.name  # NAME_CHARS only: a plain word in the shell
     nproc = worker.nproc_per_node
-    values = slurm._macro_values(role, points)
+    values = slurm._macro_values(role, points, opts)
+    plan = slurm.container_plan(role, opts, job_dir)
+    if plan is not None and plan.runtime is Container.OCI:
+        raise CompileError(
+            NAME,
+            "workers=direct: container=oci cannot run it (srun --container sets no "
+            "SLURM_PROCID or SLURM_LOCALID, the ranks' own); use workers=torchrun",
+        )
     resources = _resources(app, opts, nproc)
     out = ["#!/bin/bash"]
     out += [slurm._directive(f) for f in slurm._job_flags(app, opts, job_dir, after, points)]
@@ -76,15 +118,7 @@ def direct_script(
         "  " + batch.START,
         '  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"',
         # No worker_exec_line: it picks torchrun's worker program, and there is no torchrun.
-        *(f"  {line}" for line in batch.env_exports(role, values) if line != worker_exec_line()),
-        "  export MASTER_ADDR="
-        + shell_word(worker.master_addr, values)
-        + ("" if own_port else " MASTER_PORT=" + shell_word(worker.master_port, values)),
-        f"  {program[0]} "
-        + shell_join([*program[1:], *worker.argv], values)
-        + " "
-        + direct.rank_prefix_pipe("$SLURM_PROCID"),
-        "  code=${PIPESTATUS[0]}",
+        *(f"  {line}" for line in _run(plan, role, worker, values, program, own_port)),
         '  echo "$code" > "$base.exit"',
         '  exit "$code"',
     ]
@@ -108,7 +142,7 @@ def direct_script(
         files=[f'echo {worker.ranks} > "$DISTSPEC_JOB_DIR/{direct.RANKS_FILE}"'],
     )
     log = shell_word(log_file_name(name, "%t"), {})
-    flags = slurm._srun_flags(0, role, opts, het=False)
+    flags = slurm._srun_flags(0, role, opts, het=False, job_dir=job_dir)
     flags = [
         next((r for r in resources if r.startswith("--cpus-per-task=")), "")
         if f.startswith("--cpus-per-task=")
@@ -117,5 +151,6 @@ def direct_script(
         else f
         for f in flags
     ]
+    out += slurm.pull_step(role, plan, replica=f"SLURM_NODEID * {nproc}")
     out += slurm._srun_step([f for f in flags if f], log, task, requeue=opts.requeue)
     return "\n".join(out) + "\n"

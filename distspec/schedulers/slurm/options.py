@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.container import Container
 from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.batch.envcopy import EnvCopyOptions
 from distspec.specs.options import option
@@ -100,6 +101,33 @@ class SlurmOptions(EnvCopyOptions):
         "Who starts a torchrun role's processes: torchrun (one agent per node) or direct "
         "(one srun step, --ntasks-per-node=M, every rank a task; no elastic, restarts or "
         "retries). See docs/launch.md.",
+    )
+    container: Container = option(
+        Container.NONE,
+        "How a role's --image runs: none (the image is the absolute directory the job runs "
+        "in), podman, apptainer, singularity, pyxis (srun --container-image) or oci (srun "
+        "--container=BUNDLE). See docs/containers.md.",
+    )
+    container_env: tuple[str, ...] = option(
+        (),
+        "More variables podman passes into the container by name (their values are not "
+        "written into the script), each NAME or PREFIX*, separated by ';', e.g. HF_TOKEN;WANDB_*.",
+    )
+    container_path: str | None = option(
+        None,
+        "Directories put first on PATH inside the container (e.g. /opt/venv/bin), before "
+        "the standard ones; unset: the image's own PATH (oci: the standard directories).",
+    )
+    container_args: tuple[str, ...] = option(
+        (),
+        "More flags for the runtime (podman run, apptainer exec, or srun for pyxis/oci), "
+        "separated by ';'.",
+    )
+    pull: bool = option(
+        False,
+        "Pull the image in a step of its own before the job's (podman: once per node; "
+        "apptainer, pyxis: once into the job folder), so that a failed pull is the job's "
+        "cause and its time shows in the timeline.",
     )
 
 

@@ -62,7 +62,8 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
     name = NAME
     Options = SlurmOptions
     capabilities = Capabilities(
-        mount_kinds=frozenset(),
+        # Bind mounts need -cfg container=... (checked by the script's compile).
+        mount_kinds=frozenset({"bind"}),
         shared_files=True,
         image="directory",
         snapshot_default=True,
@@ -77,6 +78,7 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
     submit_command = "sbatch"
     script_suffix = "sbatch"
     runs_in = "srun --chdir"
+    runtimes = "podman|apptainer|pyxis|oci"
     no_since = "slurm: --since is not supported (Slurm log lines carry no times)"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -18,10 +18,12 @@ Nothing here runs a command or reads the environment.
 from __future__ import annotations
 
 import re
+from functools import partial
 
 from distspec.errors import CompileError
-from distspec.schedulers.batch import envcopy
+from distspec.schedulers.batch import container, envcopy
 from distspec.schedulers.batch import script as batch
+from distspec.schedulers.batch.container import Container, ContainerPlan
 from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.logs import log_file_name
 from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
@@ -36,6 +38,7 @@ from distspec.schedulers.slurm.options import (
 from distspec.specs.app import NAME_CHARS, AppDef, RetryPolicy, Role, is_name
 from distspec.specs.macros import Macro
 from distspec.torchrun import DEFAULT_RDZV_PORT, RDZV_PORT_SPAN
+from distspec.torchrun_output import worker_exec_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -228,7 +231,11 @@ trap distspec_requeue {signal}
 _TASK_ID = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
 
 
-def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
+def _macro_values(
+    role: Role, points: Points | None = None, opts: SlurmOptions | None = None
+) -> MacroValues:
+    # In a container the image is no directory: the job runs where sbatch ran.
+    directory = opts is None or opts.container is Container.NONE
     return {
         # An array task is known by its task id (1234_7): that is its handle's app id.
         Macro.APP_ID: ShellExpr(_TASK_ID if points is not None else "$SLURM_JOB_ID"),
@@ -238,7 +245,7 @@ def _macro_values(role: Role, points: Points | None = None) -> MacroValues:
         Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
         # The job's own port (job_rdzv_port): jobs sharing a first node do not meet.
         Macro.RDZV_PORT: ShellExpr(f"$(({DEFAULT_RDZV_PORT} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))"),
-        Macro.IMG_ROOT: role.image if role.image else ShellExpr("$SLURM_SUBMIT_DIR"),
+        Macro.IMG_ROOT: role.image if role.image and directory else ShellExpr("$SLURM_SUBMIT_DIR"),
         **batch.sweep_values(points),
     }
 
@@ -281,8 +288,9 @@ def _point_lines(points: Points | None, job_dir: str, app_id: str) -> list[str]:
     return batch.point_exports(f"{job_dir}/{app_id}.points", "SLURM_ARRAY_TASK_ID")
 
 
-def _srun_flags(index: int, role: Role, opts: SlurmOptions, het: bool) -> list[str]:
-    """The flags of the role's srun step, up to (not including) ``--output``."""
+def _srun_flags(index: int, role: Role, opts: SlurmOptions, het: bool, job_dir: str) -> list[str]:
+    """The flags of the role's srun step, up to (not including) ``--output``; with
+    pyxis or oci, those that run its tasks in the container."""
     flags = []
     if het:
         flags.append(f"--het-group={index}")
@@ -296,17 +304,20 @@ def _srun_flags(index: int, role: Role, opts: SlurmOptions, het: bool) -> list[s
     if opts.unbuffered:
         flags.append("--unbuffered")
     flags.append("--open-mode=append")
-    if role.image:
+    if role.image and opts.container is Container.NONE:
         flags.append("--chdir=" + shell_word(role.image, {}))
     flags += [shell_word(f, {}) for f in opts.srun_args]
+    plan = container_plan(role, opts, job_dir)
+    if plan is not None and plan.runtime in container.SLURM_ONLY:
+        flags += container.srun_flags(plan)
     return flags
 
 
-def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool) -> str:
+def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool, job_dir: str) -> str:
     """The role's step, started in the background (its pid joins ``distspec_pids``). The
     role name reaches the task as ``$1`` of its ``bash -c``, whose functions come from
     ``declare -f`` in this shell."""
-    flags = _srun_flags(index, role, opts, het)
+    flags = _srun_flags(index, role, opts, het, job_dir)
     log = shell_word(log_file_name(role.name, "%t"), {})
     func = f"distspec_role_{index}"
     return (
@@ -333,16 +344,22 @@ def _plain_body(
     foreground (in the background with ``requeue``, whose trap bash runs only between
     commands), each task writing its ``.host`` and ``.exit`` files itself."""
     role = app.roles[0]
-    values = _macro_values(role, points)
+    values = _macro_values(role, points, opts)
     name = role.name  # NAME_CHARS only: a plain word in the shell
+    plan = container_plan(role, opts, job_dir)
+    command = shell_join([role.entrypoint, *role.args], values)
+    env = batch.env_exports(role, values)
     task = [
         "",
+        *(f"  {line}" for line in _oci_node_id(plan)),
         f"  base=$DISTSPEC_JOB_DIR/{name}-$SLURM_NODEID",
         "  " + batch.STAY,
         "  " + batch.START,  # no single quote in it: the body is one single-quoted word
         '  echo "${SLURMD_NODENAME:-$HOSTNAME}" > "$base.host"',
-        *(f"  {line}" for line in batch.env_exports(role, values)),
-        "  " + shell_join([role.entrypoint, *role.args], values),
+        *(
+            f"  {line}"
+            for line in contained(plan, env, command, replica="$SLURM_NODEID", role=name)
+        ),
         "  code=$?",
         '  echo "$code" > "$base.exit"',
         '  exit "$code"',
@@ -360,11 +377,125 @@ def _plain_body(
         points=points,
         about=about,
         host_is="The rendezvous host",
+        files=oci_nodes(plan),
     )
     log = shell_word(log_file_name(name, "%t"), {})
-    flags = _srun_flags(0, role, opts, het=False)
+    flags = _srun_flags(0, role, opts, het=False, job_dir=job_dir)
+    out += pull_step(role, plan, replica="SLURM_NODEID")
     out += _srun_step(flags, log, task, requeue=opts.requeue)
     return out
+
+
+# -- containers (-cfg container=...) ----------------------------------------------------
+
+
+def container_plan(role: Role, opts: SlurmOptions, job_dir: str) -> ContainerPlan | None:
+    """The role's container (:mod:`distspec.schedulers.batch.container`), or None."""
+    return container.plan(
+        role,
+        runtime=opts.container,
+        scheduler=NAME,
+        job_base=job_dir,
+        workdir='"$PWD"',
+        launcher_env="SLURM_*",
+        env=opts.container_env,
+        path=opts.container_path,
+        args=opts.container_args,
+        pull=opts.pull,
+    )
+
+
+def container_name(role: str, replica: str) -> str:
+    """A podman container's name, unique per job (its folder's name), role and replica."""
+    return f'distspec-"${{DISTSPEC_JOB_DIR##*/}}"-{role}-"{replica}"'
+
+
+def contained(
+    plan: ContainerPlan | None,
+    env: list[str],
+    command: str,
+    *,
+    replica: str,
+    role: str,
+    output: str = "",
+) -> list[str]:
+    """A task's lines from its ``export`` lines to its command, the command run in the
+    role's container: podman and apptainer wrap it; under pyxis and oci the task is in
+    the container already (only PATH is set). Without a container, ``env`` and
+    ``command`` as they are. distspec's worker Python (:func:`worker_exec_line`) is a
+    host path: in a container torchrun starts the image's own Python."""
+    if plan is None:
+        return [*env, command + (f" {output}" if output else "")]
+    env = [line for line in env if line != worker_exec_line()]
+    if plan.runtime in container.SLURM_ONLY:
+        path = [f"export PATH={plan.path}"] if plan.path else []
+        return [*env, *path, command + (f" {output}" if output else "")]
+    name = container_name(role, replica)
+    return [*env, *container.run_lines(plan, command, name=name, exported=env, output=output)]
+
+
+def oci_nodes(plan: ContainerPlan | None) -> list[str]:
+    """Batch-script lines for ``container=oci``: the allocation's hosts, from which a
+    task finds its node index (srun --container sets no SLURM_NODEID)."""
+    if plan is None or plan.runtime is not Container.OCI:
+        return []
+    return [
+        "# container=oci: srun --container sets no SLURM_NODEID, SLURM_PROCID or SLURM_LOCALID",
+        "# in the tasks; each finds its node index from these hosts.",
+        'export DISTSPEC_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"',
+    ]
+
+
+def _oci_node_id(plan: ContainerPlan | None) -> list[str]:
+    """A task's first line under oci: ``SLURM_NODEID`` from its host's place in
+    ``$DISTSPEC_NODES`` (node names that are not the hosts' names fail here)."""
+    if plan is None or plan.runtime is not Container.OCI:
+        return []
+    return [
+        "[[ -n ${SLURM_NODEID:-} ]] || { i=0; for h in $DISTSPEC_NODES; do "
+        '[[ $h == "${HOSTNAME%%.*}" ]] && export SLURM_NODEID=$i; i=$((i + 1)); done; }',
+        '[[ -n ${SLURM_NODEID:-} ]] || { echo "distspec: container=oci: $HOSTNAME is not '
+        'among the nodes $DISTSPEC_NODES" >&2; exit 1; }',
+    ]
+
+
+def pull_step(
+    role: Role,
+    plan: ContainerPlan | None,
+    *,
+    replica: str,
+    het_group: int | None = None,
+) -> list[str]:
+    """With ``pull=true``, the step before the job's that pulls the role's image: podman
+    on every node (one task each), apptainer and pyxis once into the job folder. A node
+    whose pull fails writes its replica's ``.exit`` and ``.reason`` and the script ends
+    there. ``replica``: the replica a node's failure is recorded for (a shell
+    expression of ``$SLURM_NODEID``)."""
+    if plan is None or not plan.source:
+        return []
+    base = f'"$DISTSPEC_JOB_DIR/{role.name}-$(({replica}))'
+    lines = container.pull_lines(
+        plan,
+        host="${SLURMD_NODENAME:-$HOSTNAME}",
+        reason_file=base + '.reason"',
+        exit_file=base + '.exit"',
+        log='"$DISTSPEC_JOB_DIR/pull-$SLURM_NODEID.log"',
+    )
+    each = plan.runtime is Container.PODMAN
+    where = "on every node (one task each)" if each else "once, into the job folder"
+    flags = [
+        *([f"--het-group={het_group}"] if het_group is not None else []),
+        "--ntasks-per-node=1" if each else "--nodes=1 --ntasks=1",
+        "--kill-on-bad-exit=0",
+        "--output=/dev/null",
+    ]
+    body = _single_quoted("\n" + "".join(f"  {line}\n" for line in lines))
+    return [
+        f"# pull=true: pull the image {where}, before the job's step. A failed",
+        "# pull ends the job here, with the cause in its replica's .reason file.",
+        'rm -f "$DISTSPEC_JOB_DIR"/*.reason',
+        f"srun {' '.join(flags)} bash -c {body} || exit $?",
+    ]
 
 
 def prologue(
@@ -498,19 +629,32 @@ def compile_script(
         "# Each role's command, run by every task of its step: $SLURM_NODEID is the",
         "# task's own node index there.",
     ]
+    plans = [container_plan(role, opts, base) for role in app.roles]
+    if any(p is not None and p.runtime is Container.OCI for p in plans):
+        raise _bad(
+            "container=oci runs one role without retries (srun --container sets no "
+            "SLURM_NODEID, which the retry loop's tasks need)"
+        )
     out += [
-        batch.role_function(f"distspec_role_{index}", role, _macro_values(role, points))
-        for index, role in enumerate(app.roles)
+        batch.role_function(
+            f"distspec_role_{index}",
+            role,
+            _macro_values(role, points, opts),
+            partial(contained, plan, replica="$SLURM_NODEID", role=role.name),
+        )
+        for index, (role, plan) in enumerate(zip(app.roles, plans, strict=True))
     ]
     out += [_task(), batch.WAIT_FUNCTIONS]
     out += envcopy.slurm_lines(opts, NAME, job_dir=base, roles=len(app.roles))
     if opts.requeue:
         signal = requeue_signal(opts)
         out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
+    for index, (role, plan) in enumerate(zip(app.roles, plans, strict=True)):
+        out += pull_step(role, plan, replica="SLURM_NODEID", het_group=index if het else None)
     out += [
         "# One srun step per role. A failed attempt is retried max_retries times;",
         "# each attempt clears the previous attempt's exit codes.",
     ]
-    steps = [_srun_line(index, role, opts, het) for index, role in enumerate(app.roles)]
+    steps = [_srun_line(index, role, opts, het, base) for index, role in enumerate(app.roles)]
     out += batch.attempt_loop(steps, retries)
     return "\n".join(out) + "\n"
