@@ -232,6 +232,21 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
             return os.getcwd()
         return super().working_dir(role, opts)
 
+    def preflight(self, request: Request) -> None:
+        """The role scripts (:meth:`Scheduler.preflight`), and each bind mount's source:
+        the nodes see this machine's files, so a source missing here is a usage error,
+        caught before anything is submitted."""
+        super().preflight(request)
+        from distspec.specs.mounts import BindMount
+
+        for role in request.app.roles:
+            for mount in role.mounts:
+                if isinstance(mount, BindMount) and not os.path.exists(mount.src_path):
+                    raise UsageError(
+                        f"{self.name}: role {role.name!r}: bind mount source "
+                        f"{mount.src_path!r} does not exist (the nodes share this machine's files)"
+                    )
+
     def snapshot_root(self, opts: BatchOptsT) -> str:
         """``<job_dir>/snapshots`` when ``job_dir`` is set (a folder the nodes share, as
         the state directory may not be), else ``<state dir>/snapshots``."""
