@@ -27,7 +27,7 @@ from distspec.schedulers.batch.container import (
 from distspec.schedulers.batch.folder import read_job_folder, replica_exit
 from distspec.schedulers.pbs import PbsScheduler
 from distspec.schedulers.slurm import SlurmScheduler
-from distspec.specs import AppDef, Role
+from distspec.specs import AppDef, Resource, Role
 from distspec.specs.mounts import BindMount
 from tests.schedulers.batch_apps import APP_ID, compile_text, trainer_role
 from tests.schedulers.batch_apps import app as _app
@@ -149,9 +149,7 @@ SLURM_CASES: dict[str, Callable[[], str]] = {
         container="podman",
         container_env="HF_TOKEN;WANDB_*",
     ),
-    "podman_pull": lambda: _slurm(
-        _trainer(2, 2, image=_LOCAL), container="podman", pull="true"
-    ),
+    "podman_pull": lambda: _slurm(_trainer(2, 2, image=_LOCAL), container="podman", pull="true"),
     "podman_direct": lambda: _slurm(
         _trainer(2, 4, image=_REGISTRY, gpu=4), container="podman", workers="direct"
     ),
@@ -297,6 +295,18 @@ def _bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def _bash(script: Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(script)],
+        check=False,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def _records(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "record.jsonl"
     if not path.exists():
@@ -345,9 +355,7 @@ def test_podman_gets_exactly_this_command_on_each_node(tmp_path: Path) -> None:
     mount = BindMount(src_path="/datasets", dst_path="/data", read_only=True)
     script = _slurm_script(_job_app(_LOCAL, mounts=(mount,)), tmp_path, container="podman")
     env = _slurm_env(tmp_path, RECORD_ENV="TOKENISH,SLURM_NODEID", SECRET_TOKEN="s3cr3t")
-    proc = subprocess.run(
-        ["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    proc = _bash(script, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     runs = _records(tmp_path)
     assert [r["env"] for r in runs] == [
@@ -400,18 +408,11 @@ def test_podman_gets_exactly_this_command_on_each_node(tmp_path: Path) -> None:
 
 def test_apptainer_gets_exactly_this_command(tmp_path: Path) -> None:
     script = _slurm_script(
-        _job_app("docker://ubuntu:22.04", resource=__import__("distspec").specs.Resource(gpu=1)),
+        _job_app("docker://ubuntu:22.04", resource=Resource(gpu=1)),
         tmp_path,
         container="apptainer",
     )
-    proc = subprocess.run(
-        ["bash", str(script)],
-        env=_slurm_env(tmp_path, FAKE_RUN_EXIT="3"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _bash(script, _slurm_env(tmp_path, FAKE_RUN_EXIT="3"), tmp_path)
     assert proc.returncode == 3
     runs = _records(tmp_path)
     jobs = f"{tmp_path}/jobs"
@@ -440,14 +441,7 @@ def test_apptainer_gets_exactly_this_command(tmp_path: Path) -> None:
 
 def test_a_failed_pull_is_the_replicas_cause(tmp_path: Path) -> None:
     script = _slurm_script(_job_app(_LOCAL), tmp_path, container="podman", pull="true")
-    proc = subprocess.run(
-        ["bash", str(script)],
-        env=_slurm_env(tmp_path, FAKE_PULL_EXIT="125"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _bash(script, _slurm_env(tmp_path, FAKE_PULL_EXIT="125"), tmp_path)
     assert proc.returncode == 125
     assert [r["argv"][:2] for r in _records(tmp_path)] == [["podman", "pull"]] * 2
     folder = tmp_path / "jobs" / "job-42"
@@ -473,9 +467,7 @@ def test_pbs_one_node_apptainer_pull_then_exec(tmp_path: Path) -> None:
         "PBS_O_WORKDIR": str(tmp_path),
         "FAKE_RECORD": str(tmp_path / "record.jsonl"),
     }
-    proc = subprocess.run(
-        ["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    proc = _bash(script, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "jobs" / "j1"
     pull, run = (r["argv"] for r in _records(tmp_path))
@@ -489,9 +481,7 @@ def test_term_removes_the_podman_container(tmp_path: Path) -> None:
     keeps a container running after its client is killed)."""
     script = _slurm_script(_job_app(_LOCAL, nodes=1), tmp_path, container="podman")
     env = _slurm_env(tmp_path, FAKE_NODES="1", FAKE_RUN_SLEEP="30", SLURM_JOB_NUM_NODES="1")
-    proc = subprocess.Popen(
-        ["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True
-    )
+    proc = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 20
         while not _records(tmp_path) and time.monotonic() < deadline:

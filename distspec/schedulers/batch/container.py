@@ -136,9 +136,9 @@ SLURM_ONLY = frozenset({Container.PYXIS, Container.OCI})
 
 def accepted(runtime: Container) -> str:
     """What ``runtime`` takes as an image, for messages and docs."""
-    kinds = [k.value.removeprefix("an ").removeprefix("a ") for k in _ACCEPTS[runtime]]
     if runtime is Container.OCI:
         return "an OCI bundle directory (absolute)"
+    kinds = [k.value for k in _ACCEPTS[runtime]]
     return ", ".join(kinds[:-1]) + (" or " if len(kinds) > 1 else "") + kinds[-1]
 
 
