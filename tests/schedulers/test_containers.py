@@ -530,6 +530,13 @@ def test_term_removes_the_podman_container(tmp_path: Path) -> None:
         ("slurm", "", ["--image", _LOCAL], "-cfg container="),
         ("slurm", "", ["--mounts", "type=bind,src=/tmp,dst=/data"], "needs a container runtime"),
         ("slurm", "container=podman", [], "give one with --image"),
+        ("slurm", "container=podman,env_to_local=/tmp", ["--image", _LOCAL], "drop one of them"),
+        (
+            "slurm",
+            "container=pyxis,srun_args=--container-name=x",
+            ["--image", _LOCAL],
+            "container_args",
+        ),
     ],
 )
 def test_cli_bad_input(
@@ -557,3 +564,23 @@ def test_cli_bad_input(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected in err, err
     assert not (tmp_path / "submitted").exists()
+
+
+def test_a_site_sets_the_runtime_once(
+    tmp_path: Path,
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run option's site default (here from the environment; a ``[scheduler:slurm]``
+    section of a config file works the same), overridden per run by -cfg."""
+    from distspec.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    monkeypatch.setenv("DISTSPEC_SLURM_CONTAINER", "apptainer")
+    argv = ["run", "-s", "slurm", "--dryrun", "dist.ddp", "--script", "t.py", "--image", "ubuntu"]
+    assert main(argv) == 0
+    assert "apptainer exec" in capsys.readouterr().out
+    assert main([*argv[:3], "-cfg", "container=podman", *argv[3:]]) == 0
+    assert "podman run" in capsys.readouterr().out

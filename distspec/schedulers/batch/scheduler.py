@@ -199,6 +199,12 @@ class BatchScheduler(Scheduler[BatchOptsT], Generic[BatchOptsT, InfoT]):
         from distspec.schedulers.batch.container import Container, ImageKind, image_kind
 
         runtime = getattr(opts, "container", Container.NONE)
+        if runtime is not Container.NONE and getattr(opts, "env_to_local", None):
+            raise CompileError(
+                self.name,
+                f"env_to_local copies this machine's Python environment to the nodes; with "
+                f"container={runtime.value} the image's Python runs the job: drop one of them",
+            )
         for role in app.roles:
             if not role.image:
                 continue

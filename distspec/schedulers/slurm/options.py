@@ -212,6 +212,13 @@ def check_options(opts: SlurmOptions) -> None:
     batch.check_rank0_host(opts.rank0_host, NAME)
     _check_flags(opts.sbatch_args, _SBATCH_OWN, "sbatch_args")
     _check_flags(opts.srun_args, _SRUN_OWN, "srun_args")
+    if opts.container is not Container.NONE and any(
+        f.startswith("--container") for f in opts.srun_args
+    ):
+        raise _bad(
+            f"srun_args: --container* flags are written by container={opts.container.value}; "
+            "give more of them with -cfg container_args=..."
+        )
 
 
 def check_job_dir(job_dir: str) -> None:
