@@ -345,7 +345,8 @@ def plan(
         raise CompileError(
             scheduler, "pull=true: container=oci runs a bundle directory; there is nothing to pull"
         )
-    if pull and image_kind(role.image) not in (ImageKind.SIF, ImageKind.SQSH):
+    # An image file, or podman's own storage (podman://), has nothing to pull.
+    if pull and image_kind(role.image) not in (ImageKind.SIF, ImageKind.SQSH, ImageKind.PODMAN):
         source = image
         if runtime is Container.PYXIS:
             source = shell_word("docker://" + runtime_image(role, runtime, scheduler), {})
@@ -390,11 +391,16 @@ def run_lines(
     exported: Sequence[str] = (),
     output: str = "",
     trap: bool = True,
+    background: bool = False,
 ) -> list[str]:
     """Lines that run ``command`` (a shell command line, its words already quoted) in
-    the role's container, in the background, and wait for it: ``$?`` after the last
-    line is the command's exit code. For podman and apptainer; no single quote, so the
-    lines may go into a single-quoted ``bash -c`` word.
+    the role's container: ``$?`` after the last line is the command's exit code. For
+    podman and apptainer; no single quote, so the lines may go into a single-quoted
+    ``bash -c`` word.
+
+    Apptainer's processes are the task's own children: it runs in the foreground, as
+    the command would (a TERM then waits for it, see
+    :data:`~distspec.schedulers.batch.script.STAY`), unless ``background``.
 
     Podman's container is named ``name`` (a shell word unique per job and replica),
     replaces a left-over one of that name (a requeued job), and is removed on TERM and
@@ -410,6 +416,8 @@ def run_lines(
         output: a redirection for the runtime's output (``>> "$base.log" 2>&1``).
         trap: whether the lines set the TERM and INT trap that removes podman's
             container (else the caller's own trap runs :func:`stop_command`).
+        background: run apptainer in the background and ``wait`` for it (podman
+            always is, so that its trap runs at once).
     """
     redirect = f" {output}" if output else ""
     inner = f"env PATH={plan.path} {command}" if plan.path else command
@@ -445,7 +453,9 @@ def run_lines(
         plan.image,
         inner,
     ]
-    return [" ".join(words) + f"{redirect} &", "wait $!"]
+    if background:
+        return [" ".join(words) + f"{redirect} &", "wait $!"]
+    return [" ".join(words) + redirect]
 
 
 def stop_command(plan: ContainerPlan | None, name: str) -> str:

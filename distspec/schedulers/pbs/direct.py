@@ -58,8 +58,8 @@ def _run(
             command + " " + pipe.replace("2>&1 |", "2>&1 < /dev/null |") + ' >> "$base.log" 2>&1',
             'echo "${PIPESTATUS[0]}" > "$base.exit"',
         ]
-    # In the background (see container.run_lines): the prefix through a process
-    # substitution, so that `wait` returns the container's own code.
+    # The prefix through a process substitution, so that `$?` is the runtime's own
+    # code (podman runs in the background, see container.run_lines).
     prefix = pipe.partition("| ")[2]
     output = f'> >({prefix} >> "$base.log" 2>&1) 2>&1 < /dev/null'
     return [

@@ -456,17 +456,20 @@ def contained(
     role: str,
     output: str = "",
     trap: bool = True,
+    background: bool = False,
 ) -> list[str]:
     """A replica's lines from its ``export`` lines to its command: the command, with
-    ``output``, run in the role's container in the background, then ``wait``; without
-    a container ``env`` and ``command`` as they are (in the foreground)."""
+    ``output``, run in the role's container (:func:`container.run_lines`); without a
+    container ``env`` and ``command`` as they are (in the foreground)."""
     if plan is None:
         return [*env, command + (f" {output}" if output else "")]
     env = [line for line in env if line != worker_exec_line()]
     name = container_name(role)
     return [
         *env,
-        *container.run_lines(plan, command, name=name, exported=env, output=output, trap=trap),
+        *container.run_lines(
+            plan, command, name=name, exported=env, output=output, trap=trap, background=background
+        ),
     ]
 
 
@@ -559,7 +562,7 @@ def _plain_script(
             f'hostname > {log}.host"',
             *pull_lines(plan, name, replica="0"),
             *(
-                contained(plan, env, command, role=name, output=output, trap=False)
+                contained(plan, env, command, role=name, output=output, trap=False, background=True)
                 if plan is not None
                 else [*env, f"{command} {output} &", "wait $!"]
             ),

@@ -53,8 +53,8 @@ def _run(
     if plan is None or plan.runtime in container.SLURM_ONLY:
         lines = slurm.contained(plan, env, command, replica="$SLURM_PROCID", role=role.name)
         return [*lines[:-1], f"{lines[-1]} {pipe}", "code=${PIPESTATUS[0]}"]
-    # In the background (see container.run_lines): the prefix through a process
-    # substitution, so that `wait` returns the container's own code.
+    # The prefix through a process substitution, so that `$?` is the runtime's own
+    # code (podman runs in the background, see container.run_lines).
     prefix = pipe.partition("| ")[2]
     output = f"> >({prefix}) 2>&1"
     lines = slurm.contained(
