@@ -584,3 +584,22 @@ def test_a_site_sets_the_runtime_once(
     assert "apptainer exec" in capsys.readouterr().out
     assert main([*argv[:3], "-cfg", "container=podman", *argv[3:]]) == 0
     assert "podman run" in capsys.readouterr().out
+
+
+def test_direct_launch_in_podman_keeps_the_rank_prefix_and_code(tmp_path: Path) -> None:
+    script = _slurm_script(_job_app(_LOCAL), tmp_path, container="podman", workers="direct")
+    proc = _bash(script, _slurm_env(tmp_path, FAKE_RUN_EXIT="4"), tmp_path)
+    assert proc.returncode == 4
+    run = _records(tmp_path)[1]["argv"]
+    assert run[run.index(_LOCAL) :] == [
+        _LOCAL,
+        *("python", "-m", "distspec.runtime.torchrun_env", "python", "-u", "t.py"),
+        *("--x", "a b"),
+    ]
+    assert "--env" in run and "MASTER_ADDR" in run and "MASTER_PORT" in run
+    folder = tmp_path / "jobs" / "job-42"
+    deadline = time.monotonic() + 5  # the prefixing sed may write after podman ended
+    while "[rank1]:" not in (folder / "r-1.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "[rank1]:ran in the container" in (folder / "r-1.log").read_text()
+    assert (folder / "r-1.exit").read_text() == "4\n"
