@@ -231,6 +231,7 @@ def test_container_none_output_is_unchanged_by_the_new_options() -> None:
     role = trainer_role(2, 8, gpu=8)
     assert _slurm(role) == _slurm(role, container="none", pull="false")
     assert _pbs(role) == _pbs(role, container="none", pull="false")
+    # The batch goldens of container=none are the ones from before the option.
 
 
 def test_img_root_is_the_working_directory_in_a_container() -> None:
@@ -530,6 +531,8 @@ def test_term_removes_the_podman_container(tmp_path: Path) -> None:
         ("slurm", "", ["--image", _LOCAL], "-cfg container="),
         ("slurm", "", ["--mounts", "type=bind,src=/tmp,dst=/data"], "needs a container runtime"),
         ("slurm", "container=podman", [], "give one with --image"),
+        ("pbs", "pull=true", [], "need a container runtime"),
+        ("slurm", "container_env=HF_TOKEN", [], "need a container runtime"),
         ("slurm", "container=podman,env_to_local=/tmp", ["--image", _LOCAL], "drop one of them"),
         (
             "slurm",

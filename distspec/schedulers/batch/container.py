@@ -226,11 +226,11 @@ def check_mounts(role: Role, runtime: Container, scheduler: str) -> None:
     """Raise CompileError for a mount the runtime cannot make: a bind mount without a
     runtime, a relative source, a volume or device mount, any mount with ``oci``
     (its binds are the bundle's ``config.json``)."""
-    from distspec.specs.mounts import BindMount
+    from distspec.specs.mounts import BindMount, VolumeMount
 
     for mount in role.mounts:
         if not isinstance(mount, BindMount):
-            kind = "volume" if hasattr(mount, "src") else "device"
+            kind = "volume" if isinstance(mount, VolumeMount) else "device"
             raise CompileError(
                 scheduler, f"role {role.name!r}: {kind} mounts are not supported here"
             )
@@ -302,11 +302,11 @@ def plan(
         )
     check_mounts(role, runtime, scheduler)
     if runtime is Container.NONE:
-        if env or path or args:
+        if env or path or args or pull:
             raise CompileError(
                 scheduler,
-                "container_env, container_path and container_args need a container runtime "
-                "(-cfg container=...)",
+                "container_env, container_path, container_args and pull need a container "
+                "runtime (-cfg container=...)",
             )
         return None
     for name in env:
