@@ -487,7 +487,7 @@ def pull_lines(plan: ContainerPlan | None, name: str, *, replica: str) -> list[s
             host="$(hostname)",
             reason_file=base + '.reason"',
             exit_file=base + '.exit"',
-            log=f'"$DISTSPEC_JOB_DIR/pull-{replica}.log"',
+            log=f'"$DISTSPEC_JOB_DIR/{name}-{replica}.pull"',
         ),
     ]
 

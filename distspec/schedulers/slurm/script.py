@@ -479,7 +479,7 @@ def pull_step(
         host="${SLURMD_NODENAME:-$HOSTNAME}",
         reason_file=base + '.reason"',
         exit_file=base + '.exit"',
-        log='"$DISTSPEC_JOB_DIR/pull-$SLURM_NODEID.log"',
+        log=f'"$DISTSPEC_JOB_DIR/{role.name}-$SLURM_NODEID.pull"',
     )
     each = plan.runtime is Container.PODMAN
     where = "on every node (one task each)" if each else "once, into the job folder"
