@@ -308,11 +308,13 @@ def _bash(script: Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedP
     )
 
 
-def _records(tmp_path: Path) -> list[dict[str, Any]]:
+def _records(tmp_path: Path, verb: str | None = None) -> list[dict[str, Any]]:
+    """The stand-ins' calls, in order; only ``podman VERB``/``apptainer VERB`` ones with ``verb``."""
     path = tmp_path / "record.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    calls = [json.loads(line) for line in path.read_text().splitlines()]
+    return [c for c in calls if verb is None or c["argv"][1:2] == [verb]]
 
 
 def _slurm_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -358,7 +360,7 @@ def test_podman_gets_exactly_this_command_on_each_node(tmp_path: Path) -> None:
     env = _slurm_env(tmp_path, RECORD_ENV="TOKENISH,SLURM_NODEID", SECRET_TOKEN="s3cr3t")
     proc = _bash(script, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    runs = _records(tmp_path)
+    runs = _records(tmp_path, "run")
     assert [r["env"] for r in runs] == [
         {"TOKENISH": "0", "SLURM_NODEID": "0"},
         {"TOKENISH": "1", "SLURM_NODEID": "1"},
@@ -405,6 +407,10 @@ def test_podman_gets_exactly_this_command_on_each_node(tmp_path: Path) -> None:
     assert (folder / "r-1.exit").read_text() == "0\n"
     assert "ran in the container" in (folder / "r-0.log").read_text()
     assert "s3cr3t" not in script.read_text()
+    # After the step: one task per node lists what a killed task may have left behind.
+    assert [r["argv"] for r in _records(tmp_path, "ps")] == [
+        ["podman", "ps", "-aq", "--filter", "name=^distspec-job-42-r-"]
+    ] * 2
 
 
 def test_apptainer_gets_exactly_this_command(tmp_path: Path) -> None:
@@ -494,7 +500,7 @@ def test_term_removes_the_podman_container(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     calls = [r["argv"] for r in _records(tmp_path)]
-    assert calls[-1] == ["podman", "rm", "-f", "-t", "5", "distspec-job-42-r-0"]
+    assert ["podman", "rm", "-f", "-t", "5", "distspec-job-42-r-0"] in calls
     assert not (tmp_path / "jobs" / "job-42" / "r-0.exit").exists()  # stopped, not failed
 
 
@@ -593,7 +599,7 @@ def test_direct_launch_in_podman_keeps_the_rank_prefix_and_code(tmp_path: Path) 
     script = _slurm_script(_job_app(_LOCAL), tmp_path, container="podman", workers="direct")
     proc = _bash(script, _slurm_env(tmp_path, FAKE_RUN_EXIT="4"), tmp_path)
     assert proc.returncode == 4
-    run = _records(tmp_path)[1]["argv"]
+    run = _records(tmp_path, "run")[1]["argv"]
     assert run[run.index(_LOCAL) :] == [
         _LOCAL,
         *("python", "-m", "distspec.runtime.torchrun_env", "python", "-u", "t.py"),

@@ -152,5 +152,7 @@ def direct_script(
         for f in flags
     ]
     out += slurm.pull_step(role, plan, replica=f"SLURM_NODEID * {nproc}")
-    out += slurm._srun_step([f for f in flags if f], log, task, requeue=opts.requeue)
+    out += slurm._srun_step(
+        [f for f in flags if f], log, task, requeue=opts.requeue, after=slurm.leftovers(role, plan)
+    )
     return "\n".join(out) + "\n"

@@ -250,11 +250,20 @@ def _macro_values(
     }
 
 
-def _srun_step(flags: Sequence[str], log: str, task: Sequence[str], *, requeue: bool) -> list[str]:
+def _srun_step(
+    flags: Sequence[str],
+    log: str,
+    task: Sequence[str],
+    *,
+    requeue: bool,
+    after: Sequence[str] = (),
+) -> list[str]:
     """The one srun step of a single-role job: ``flags``, each task's output to ``log``
     (a shell word in the job folder), ``task``'s lines as one ``bash -c`` word. With
     ``requeue`` it runs in the background, and the script waits for it across the
-    requeue trap (a trapped signal ends ``wait`` early) and exits with its code."""
+    requeue trap (a trapped signal ends ``wait`` early) and exits with its code.
+    ``after``: lines run once the step has ended, before the script exits with its
+    code."""
     # The task body is one single-quoted word: its own quotes survive unchanged.
     body = _single_quoted("\n".join(task) + "\n")
     out = [
@@ -270,8 +279,11 @@ def _srun_step(flags: Sequence[str], log: str, task: Sequence[str], *, requeue: 
             "  distspec_code=$?",
             '  kill -0 "$distspec_srun" 2> /dev/null || break',
             "done",
+            *after,
             'exit "$distspec_code"',
         ]
+    elif after:
+        out += ["distspec_code=$?", *after, 'exit "$distspec_code"']
     return out
 
 
@@ -382,7 +394,7 @@ def _plain_body(
     log = shell_word(log_file_name(name, "%t"), {})
     flags = _srun_flags(0, role, opts, het=False, job_dir=job_dir)
     out += pull_step(role, plan, replica="SLURM_NODEID")
-    out += _srun_step(flags, log, task, requeue=opts.requeue)
+    out += _srun_step(flags, log, task, requeue=opts.requeue, after=leftovers(role, plan))
     return out
 
 
@@ -432,6 +444,20 @@ def contained(
         return [*env, *path, command + (f" {output}" if output else "")]
     name = container_name(role, replica)
     return [*env, *container.run_lines(plan, command, name=name, exported=env, output=output)]
+
+
+def leftovers(role: Role, plan: ContainerPlan | None) -> list[str]:
+    """After a podman role's step: a step that removes the containers of its tasks on
+    every node. A task's trap removes its container on SIGTERM, but a task killed
+    outright (the step's SIGKILL after a failed peer) leaves it running under conmon."""
+    if plan is None or plan.runtime is not Container.PODMAN:
+        return []
+    prefix = f"^distspec-${{DISTSPEC_JOB_DIR##*/}}-{role.name}-"
+    return [
+        "# Remove what a task killed outright left running (podman's conmon is not in the step).",
+        "srun --ntasks-per-node=1 --kill-on-bad-exit=0 --output=/dev/null bash -c "
+        f"'podman ps -aq --filter name=\"{prefix}\" | xargs -r podman rm -f -t 0 > /dev/null 2>&1'",
+    ]
 
 
 def oci_nodes(plan: ContainerPlan | None) -> list[str]:
