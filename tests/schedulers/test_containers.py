@@ -612,3 +612,19 @@ def test_direct_launch_in_podman_keeps_the_rank_prefix_and_code(tmp_path: Path) 
         time.sleep(0.05)
     assert "[rank1]:ran in the container" in (folder / "r-1.log").read_text()
     assert (folder / "r-1.exit").read_text() == "4\n"
+
+
+def test_status_names_the_pull_as_the_first_failure(tmp_path: Path) -> None:
+    """What status and run --wait's summary blame: the replica whose node could not
+    pull, with the cause the script wrote, not the one that recorded nothing."""
+    from distspec.schedulers.slurm.status import status_from_files
+
+    folder = tmp_path / "job-42"
+    folder.mkdir()
+    (folder / "r-1.exit").write_text("125\n")
+    cause = f"image {_LOCAL} could not be pulled on node n1: Error: image not known"
+    (folder / "r-1.reason").write_text(cause + "\n")
+    status = status_from_files("42", [("r", 2)], read_job_folder(folder), 0, str(folder))
+    failed = status.first_failure()
+    assert failed is not None and failed.id == 1
+    assert failed.exit_code == 125 and failed.reason == cause
