@@ -522,6 +522,34 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
                 None,
                 text,
             )
+    # -- containers (Slurm, PBS): refused at compile, nothing submitted ------------------
+    for sched in ("slurm", "pbs"):
+        for cfg, image, extra, text in (
+            ("container=docker", "ubuntu", [], "expected one of"),
+            ("container=podman", "/images/t.sif", [], "cannot run"),
+            ("container=podman", "/opt/project", [], "cannot run"),
+            ("container=apptainer", "/images/t.sqsh", [], "cannot run"),
+            ("container=podman", "ubuntu", ["--mounts", "type=bind,src=data,dst=/d"], "absolute"),
+            ("container=none", "ubuntu", [], "-cfg container="),
+            ("container=none", "", ["--mounts", "type=bind,src=/d,dst=/d"], "container runtime"),
+        ):
+            yield (
+                f"container-{sched}-{cfg}-{image}-{len(extra)}",
+                [
+                    *("run", "--dryrun", "-s", sched, "-cfg", cfg, *DDP),
+                    *(["--image", image] if image else []),
+                    *extra,
+                ],
+                None,
+                text,
+            )
+    for runtime in ("pyxis", "oci"):
+        yield (
+            f"container-pbs-{runtime}",
+            ["run", "--dryrun", "-s", "pbs", "-cfg", f"container={runtime}", *DDP, "--image", "/b"],
+            None,
+            "PBS does not have",
+        )
     # -- secrets: never echoed, never doubled -------------------------------------------
     for cfg in (
         f"secret_env=HF_TOKEN={SECRET}",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.batch import script as batch
-from distspec.schedulers.batch.container import Container
+from distspec.schedulers.batch.container import SLURM_ONLY, Container
 from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.batch.envcopy import EnvCopyOptions
 from distspec.specs.app import NAME_CHARS
@@ -25,6 +25,7 @@ __all__ = [
     "Launcher",
     "PbsOptions",
     "ResourceStyle",
+    "check_container",
     "check_job_dir",
     "check_options",
     "qsub_args_directives",
@@ -227,6 +228,16 @@ def check_options(opts: PbsOptions) -> None:
     ):
         if value is not None:
             _plain(what, value)
+
+
+def check_container(opts: PbsOptions) -> None:
+    """Raise CompileError for a container runtime only Slurm has (pyxis, oci)."""
+    if opts.container in SLURM_ONLY:
+        how = "srun --container-image" if opts.container is Container.PYXIS else "srun --container"
+        raise _bad(
+            f"container={opts.container.value} runs through Slurm's {how}, which PBS does "
+            "not have; use podman or apptainer"
+        )
 
 
 def check_job_dir(job_dir: str) -> None:

@@ -42,7 +42,7 @@ from distspec.schedulers.batch.direct import task_count
 from distspec.schedulers.batch.folder import parse_int, read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord, write_private
 from distspec.schedulers.environment import submit_env
-from distspec.schedulers.pbs.options import NAME, PbsOptions
+from distspec.schedulers.pbs.options import NAME, PbsOptions, check_container
 from distspec.schedulers.pbs.script import DEPENDENCY_KINDS, compile_script
 from distspec.schedulers.pbs.status import (
     FINISHED,
@@ -98,6 +98,11 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
     no_since = "pbs: --since is not supported (the log lines carry no times)"
     # Slurm's qsub wrapper reports sbatch's errors on stdout.
     errors_on_stdout = True
+
+    def _check_image_dir(self, app: AppDef, opts: PbsOptions) -> None:
+        # A runtime PBS has not is the first thing to say, before what it would run.
+        check_container(opts)
+        super()._check_image_dir(app, opts)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

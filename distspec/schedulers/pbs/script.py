@@ -35,6 +35,7 @@ from distspec.schedulers.pbs.options import (
     Launcher,
     PbsOptions,
     ResourceStyle,
+    check_container,
     check_job_dir,
     check_options,
     qsub_args_directives,
@@ -423,12 +424,7 @@ def container_plan(role: Role, opts: PbsOptions, job_base: str) -> ContainerPlan
     Raises:
         CompileError: a Slurm-only runtime (pyxis, oci), or what the runtime refuses.
     """
-    if opts.container in container.SLURM_ONLY:
-        how = "srun --container-image" if opts.container is Container.PYXIS else "srun --container"
-        raise _bad(
-            f"container={opts.container.value} runs through Slurm's {how}, which PBS does "
-            "not have; use podman or apptainer"
-        )
+    check_container(opts)
     return container.plan(
         role,
         runtime=opts.container,
