@@ -1,0 +1,75 @@
+"""The podman test image (``scripts/container-image``), for the container tests on
+the local Slurm cluster::
+
+    from tests.container_image import require_container_image
+
+    def test_something(...) -> None:
+        image, conf = require_container_image()   # built, or skip with the reason
+        env["CONTAINERS_CONF"] = conf
+        ...
+
+The first call builds the image (about 80 s cold on 2 cores: debootstrap, an offline
+torch install; cached in podman's storage and ~/.cache/distspec/containers). Set
+``DISTSPEC_CONTAINER_TESTS=0`` to skip these tests without touching the machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+__all__ = ["SCRIPT", "container_unavailable_reason", "require_container_image"]
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "container-image"
+# Cold: podman and debootstrap from apt, debootstrap itself, the wheels, the build.
+_BUILD_TIMEOUT_S = 1200
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def container_unavailable_reason() -> str | None:
+    """Why the podman test image cannot be had here, or None when it can."""
+    if os.environ.get("DISTSPEC_CONTAINER_TESTS", "1") == "0":
+        return "container tests disabled by DISTSPEC_CONTAINER_TESTS=0"
+    proc = _run("check")
+    if proc.returncode != 0:
+        return (
+            _last_line(proc.stdout + proc.stderr)
+            or f"container-image check exited {proc.returncode}"
+        )
+    return None
+
+
+@functools.cache
+def _build() -> tuple[str | None, str]:
+    """(None, reason) when the image cannot be built, else (image, containers.conf)."""
+    reason = container_unavailable_reason()
+    if reason is not None:
+        return None, reason
+    proc = _run("build", timeout=_BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        return None, "the podman test image did not build: " + _last_line(proc.stdout + proc.stderr)
+    image = os.environ.get("DISTSPEC_CONTAINER_IMAGE", "localhost/distspec-test:cpu")
+    return image, _run("conf").stdout.strip()
+
+
+def require_container_image() -> tuple[str, str]:
+    """The test image's name and the containers.conf podman needs here; builds the image
+    once per machine. Skips the calling test, with the reason, where it cannot."""
+    image, conf = _build()
+    if image is None:
+        pytest.skip(conf)
+    return image, conf
