@@ -54,22 +54,29 @@ def container_unavailable_reason() -> str | None:
 
 
 @functools.cache
-def _build() -> tuple[str | None, str]:
-    """(None, reason) when the image cannot be built, else (image, containers.conf)."""
+def _build() -> tuple[str | None, str, bool]:
+    """(image, containers.conf, True) once built; (None, why, can_run_here) if not."""
     reason = container_unavailable_reason()
     if reason is not None:
-        return None, reason
+        return None, reason, False
     proc = _run("build", timeout=_BUILD_TIMEOUT_S)
     if proc.returncode != 0:
-        return None, "the podman test image did not build: " + _last_line(proc.stdout + proc.stderr)
+        return (
+            None,
+            "the podman test image did not build: " + _last_line(proc.stdout + proc.stderr),
+            True,
+        )
     image = os.environ.get("DISTSPEC_CONTAINER_IMAGE", "localhost/distspec-test:cpu")
-    return image, _run("conf").stdout.strip()
+    return image, _run("conf").stdout.strip(), True
 
 
 def require_container_image() -> tuple[str, str]:
     """The test image's name and the containers.conf podman needs here; builds the image
-    once per machine. Skips the calling test, with the reason, where it cannot."""
-    image, conf = _build()
+    once per machine. Skips the calling test, with the reason, where it cannot run here
+    (not root, no podman and no apt-get); fails it where the build itself broke."""
+    image, conf, can_run = _build()
     if image is None:
+        if can_run:
+            pytest.fail(conf)
         pytest.skip(conf)
     return image, conf
