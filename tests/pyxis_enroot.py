@@ -83,7 +83,8 @@ def _enable_and_import(image: str) -> tuple[Path | None, str]:
 def require_pyxis() -> Path:
     """The test image (``localhost/distspec-test:cpu``, torch in /opt/venv) as a cached
     squashfs file for ``srun --container-image``, with the Slurm cluster up and pyxis
-    enabled. Skips the calling test, with the reason, where it cannot be had."""
+    enabled. Skips the calling test, with the reason, where it cannot run here (no
+    archives, not root); fails it where the build or the import broke."""
     reason = pyxis_unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
@@ -92,5 +93,7 @@ def require_pyxis() -> Path:
     image, _conf = _require_image()
     sqsh, why = _enable_and_import(image)
     if sqsh is None:
-        pytest.skip(why)
+        # It can run here (the archives are there): a build or import that broke is a
+        # failure, not a reason to skip.
+        pytest.fail(why)
     return sqsh

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +77,71 @@ def test_a_step_whose_container_fails_fails() -> None:
     proc = _srun("--container-image=/nonexistent/image.sqsh", "/bin/true")
     assert proc.returncode != 0
     assert "/nonexistent/image.sqsh" in proc.stderr
+
+
+# The same third-party style script as the podman tests: where each rank ran, and one
+# gloo all_reduce across all four (1 + 2 + 3 + 4 = 10).
+_INSIDE = """\
+import os, socket, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"rank {rank} host {socket.gethostname()} prefix {sys.prefix} sum {total.item():.0f}", flush=True)
+if rank == int(os.environ.get("FAIL_RANK", "-1")):
+    raise ValueError(f"rank {rank} fails inside the container")
+dist.destroy_process_group()
+"""
+
+
+def _distspec(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "inside.py").write_text(_INSIDE)
+    bin_dir = Path(sys.executable).parent
+    return subprocess.run(
+        [str(bin_dir / "distspec"), *args],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.torch
+def test_distspec_ddp_2x2_in_pyxis_containers(state_dir: Path, tmp_path: Path) -> None:
+    """-cfg container=pyxis: each node's torchrun and its ranks run in the image (its
+    venv at /opt/venv, which the host does not have: container_path puts it on PATH,
+    as enroot keeps its own default PATH), across n0 and n1."""
+    sqsh = require_pyxis()
+    run = _distspec(
+        tmp_path, "run", "-s", "slurm", "--wait", "-cfg", "container=pyxis,container_path=/opt/venv/bin",
+        "dist.ddp", "-j", "2x2", "--image", str(sqsh), "--script", "inside.py",
+    )  # fmt: skip
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said
+    handle = re.search(r"slurm://\S+", said)
+    assert handle, said
+    logs = _distspec(tmp_path, "log", handle.group(0)).stdout
+    seen = re.findall(r"rank (\d) host (n\d) prefix (\S+) sum (\d+)", logs)
+    assert sorted(rank for rank, *_ in seen) == ["0", "1", "2", "3"], logs
+    assert {host for _, host, *_ in seen} == {"n0", "n1"}, logs
+    assert {(prefix, total) for _, _, prefix, total in seen} == {("/opt/venv", "10")}, logs
+
+
+@pytest.mark.torch
+def test_distspec_names_a_failing_rank_in_a_pyxis_container(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    sqsh = require_pyxis()
+    run = _distspec(
+        tmp_path, "run", "-s", "slurm", "--wait", "-cfg", "container=pyxis,container_path=/opt/venv/bin",
+        "dist.ddp", "-j", "2x2", "--image", str(sqsh), "--env", "FAIL_RANK=2", "--script", "inside.py",
+    )  # fmt: skip
+    said = run.stdout + run.stderr
+    assert run.returncode not in (0, 2), said
+    assert re.search(r"FAILED after .*rank 2 on n1", said), said
+    assert "ValueError: rank 2 fails inside the container" in said, said
