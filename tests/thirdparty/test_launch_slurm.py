@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,8 +120,19 @@ def test_launch_in_salloc(
     assert "Traceback (most recent call last):" in text, text
     assert f'File "{failing}", line' in text, text
     assert "ValueError: rank 3 fails on purpose" in text, text
-    queued = subprocess.run(
-        ["squeue", "-h", "-n", job_name], capture_output=True, text=True, check=True
-    )
+    # salloc has returned; Slurm may still list the job as COMPLETING (CG) for a moment
+    # while the nodes run their end-of-job work (plugins' exit hooks): it must leave
+    # the queue by itself.
+    deadline = time.monotonic() + 60
+    while True:
+        queued = subprocess.run(
+            ["squeue", "-h", "-n", job_name, "-o", "%i %T"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        if not queued.stdout.strip() or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert not queued.stdout.strip(), queued.stdout
     wait_no_leftovers(str(tmp_path))

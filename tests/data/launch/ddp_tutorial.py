@@ -10,7 +10,9 @@ and its host, for the tests to compare across ranks.
 Test knobs (environment): ``DDP_FAIL_RANK`` makes that rank fail after the steps:
 with ``DDP_FAIL_CODE`` it prints a traceback (``traceback.print_exc``, no rank
 prefix) and exits with that code; without, it raises (torch's exception hook then
-prefixes the traceback with ``[rankN]: ``, and the exit code is 1).
+prefixes the traceback with ``[rankN]: ``, and the exit code is 1). A rank that
+succeeds destroys its group and leaves with ``os._exit(0)``, past torch's teardown
+race (see the end of ``main``).
 """
 
 from __future__ import annotations
@@ -84,7 +86,13 @@ def main() -> int:
         sys.stderr.flush()
         os._exit(int(code))
     dist.destroy_process_group()
-    return 0
+    # torch 2.13 can abort a DDP process as the interpreter shuts down: a gloo thread
+    # still releasing DDP's last all-reduce needs the GIL as finalization begins
+    # (SIGABRT, "terminate called without an active exception"; docs/troubleshooting.md).
+    # That race is torch's, not what these tests are about: leave past it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
