@@ -135,6 +135,7 @@ def test_bash_completes_verbs_components_schedulers_options_and_handles(
     tmux_bash: Tmux, tmp_path: Path, state_dir: Path
 ) -> None:
     run = distspec("run", "--wait", "--no-log", "utils.echo", "--msg", "x", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout, run.stderr
     handle = run.stdout.split()[0]
     completed(tmux_bash, "distspec descr", "distspec describe ")
     completed(tmux_bash, "distspec run -s sl", "distspec run -s slurm ")
