@@ -15,14 +15,22 @@ torch install; cached in podman's storage and ~/.cache/distspec/containers). Set
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = ["SCRIPT", "container_unavailable_reason", "require_container_image"]
+__all__ = [
+    "SCRIPT",
+    "container_unavailable_reason",
+    "require_container_image",
+    "require_oci_bundle",
+    "slurm_oci_conf",
+]
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "container-image"
 # Cold: podman and debootstrap from apt, debootstrap itself, the wheels, the build.
@@ -80,3 +88,35 @@ def require_container_image() -> tuple[str, str]:
             pytest.fail(conf)
         pytest.skip(conf)
     return image, conf
+
+
+@functools.cache
+def _bundle() -> tuple[Path | None, str]:
+    require_container_image()
+    proc = _run("bundle", timeout=_BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        return None, "the OCI bundle was not made: " + _last_line(proc.stdout + proc.stderr)
+    return Path(_last_line(proc.stdout)), ""
+
+
+def require_oci_bundle() -> Path:
+    """An OCI bundle of the test image for Slurm's ``srun --container`` (runc), made
+    once per image; the calling test fails where the image built but the bundle did not
+    (skips, as :func:`require_container_image`, where neither can be had here)."""
+    bundle, why = _bundle()
+    if bundle is None:
+        pytest.fail(why)
+    return bundle
+
+
+@contextlib.contextmanager
+def slurm_oci_conf() -> Iterator[None]:
+    """/etc/slurm/oci.conf with runc's commands while inside; removed after. Skips the
+    calling test where the machine has an oci.conf of its own."""
+    proc = _run("oci", "on")
+    if proc.returncode != 0:
+        pytest.skip(_last_line(proc.stdout + proc.stderr))
+    try:
+        yield
+    finally:
+        _run("oci", "off")

@@ -500,7 +500,7 @@ def test_term_removes_the_podman_container(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     calls = [r["argv"] for r in _records(tmp_path)]
-    assert ["podman", "rm", "-f", "-t", "5", "distspec-job-42-r-0"] in calls
+    assert ["podman", "rm", "-f", "-t", "2", "distspec-job-42-r-0"] in calls
     assert not (tmp_path / "jobs" / "job-42" / "r-0.exit").exists()  # stopped, not failed
 
 

@@ -88,10 +88,11 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300):
 
 
 def _containers(image: str) -> list[str]:
-    """The running containers of the test image, on any node (podman's state is the
-    machine's: the nodes share its filesystem)."""
+    """The containers of the test image, on any node (podman's state is the machine's:
+    the nodes share its filesystem), in any state: one left "Stopping" by a ``podman
+    rm`` that was killed still has its processes, though plain ``podman ps`` omits it."""
     proc = subprocess.run(
-        ["podman", "ps", "--filter", f"ancestor={image}", "--format", "{{.Names}}"],
+        ["podman", "ps", "-a", "--filter", f"ancestor={image}", "--format", "{{.Names}}"],
         env={**os.environ, "CONTAINERS_CONF": require_container_image()[1]},
         capture_output=True,
         text=True,
@@ -99,6 +100,20 @@ def _containers(image: str) -> list[str]:
         check=True,
     )
     return proc.stdout.split()
+
+
+def _processes_running(path: Path) -> list[str]:
+    """The processes on this machine (every node's) whose command line names ``path``:
+    what a container's record can outlive."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and str(path) in argv:
+            found.append(f"{proc.name} {argv}")
+    return found
 
 
 def _run_2x2(image: str, env: dict[str, str], cwd: Path, *extra: str):
@@ -160,6 +175,30 @@ def test_cancel_leaves_no_container_running(
     cancel = _cli(["cancel", handle.group(0)], env, tmp_path)
     assert cancel.returncode == 0, cancel.stderr
     deadline = time.monotonic() + 60
-    while _containers(image):
-        assert time.monotonic() < deadline, f"still running after cancel: {_containers(image)}"
+    while _containers(image) or _processes_running(tmp_path):
+        assert time.monotonic() < deadline, (
+            f"left after cancel: {_containers(image)} {_processes_running(tmp_path)}"
+        )
         time.sleep(1)
+
+
+def test_a_failed_pull_is_the_jobs_cause_naming_its_node(
+    image: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """pull=true with an image no registry serves: real podman fails its pull on the
+    nodes before any rank starts, and the job's failure is that pull (its node and
+    podman's own last line), not a torchrun traceback."""
+    (tmp_path / "inside.py").write_text(INSIDE)
+    nowhere = "localhost:9/distspec-nowhere:none"  # port 9 (discard): nothing answers
+    proc = _cli(
+        ["run", "-s", "slurm", "--wait", "-cfg", "container=podman,pull=true", "dist.ddp",
+         "-j", "2x1", "--image", nowhere, "--script", "inside.py"],
+        env, tmp_path,
+    )  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, 2), said
+    assert re.search(rf"image {re.escape(nowhere)} could not be pulled on node n[01]: \S", said), (
+        said
+    )
+    assert "Traceback" not in said and "torchrun" not in said, said
+    assert _containers(nowhere) == []

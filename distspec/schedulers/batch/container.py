@@ -459,12 +459,18 @@ def run_lines(
 
 
 def stop_command(plan: ContainerPlan | None, name: str) -> str:
-    """The command that removes podman's container ``name`` at once (5 s for its
-    processes to end on SIGTERM); "" for the other runtimes, whose processes are the
-    task's own. For use inside double quotes."""
+    """The command that removes podman's container ``name`` at once (2 s for its
+    processes to end on SIGTERM, then SIGKILL); "" for the other runtimes, whose
+    processes are the task's own. For use inside double quotes.
+
+    The grace is short on purpose: the scheduler kills the task, this command
+    included, a while after its TERM (Slurm's KillWait, 30 s by default, 5 s on the
+    local test cluster); a ``podman rm`` killed while it waits leaves the container
+    "Stopping" with its processes running, and a later ``podman rm -f`` then drops
+    the record without killing them (podman 4.3)."""
     if plan is None or plan.runtime is not Container.PODMAN:
         return ""
-    return f"podman rm -f -t 5 {_unquoted(name)} > /dev/null 2>&1"
+    return f"podman rm -f -t 2 {_unquoted(name)} > /dev/null 2>&1"
 
 
 def _unquoted(word: str) -> str:

@@ -466,22 +466,28 @@ def oci_nodes(plan: ContainerPlan | None) -> list[str]:
     if plan is None or plan.runtime is not Container.OCI:
         return []
     return [
-        "# container=oci: srun --container sets no SLURM_NODEID, SLURM_PROCID or SLURM_LOCALID",
-        "# in the tasks; each finds its node index from these hosts.",
+        "# container=oci: srun --container gives the tasks the batch script's SLURM_NODEID,",
+        "# SLURM_PROCID and SLURM_LOCALID (node 0's); each finds its node index from these hosts.",
         'export DISTSPEC_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr "\\n" " ")"',
     ]
 
 
 def _oci_node_id(plan: ContainerPlan | None) -> list[str]:
-    """A task's first line under oci: ``SLURM_NODEID`` from its host's place in
-    ``$DISTSPEC_NODES`` (node names that are not the hosts' names fail here)."""
+    """A task's first lines under oci: ``SLURM_NODEID`` from its host's place in
+    ``$DISTSPEC_NODES`` (node names that are not the hosts' names fail here), and the
+    one task per node's ``SLURM_PROCID`` and ``SLURM_LOCALID`` from it. The task has
+    the batch script's environment, whose ``SLURM_NODEID``/``SLURM_PROCID`` are node
+    0's: every node would be node 0 (and Lightning reads ``SLURM_PROCID``). The host's
+    name is ``uname -n``'s: ``$HOSTNAME`` may be the submitting machine's, passed on
+    in the environment."""
     if plan is None or plan.runtime is not Container.OCI:
         return []
     return [
-        "[[ -n ${SLURM_NODEID:-} ]] || { i=0; for h in $DISTSPEC_NODES; do "
-        '[[ $h == "${HOSTNAME%%.*}" ]] && export SLURM_NODEID=$i; i=$((i + 1)); done; }',
-        '[[ -n ${SLURM_NODEID:-} ]] || { echo "distspec: container=oci: $HOSTNAME is not '
+        'SLURM_NODEID=; i=0; me=$(uname -n); for h in $DISTSPEC_NODES; do [[ $h == "${me%%.*}" ]] '
+        "&& SLURM_NODEID=$i; i=$((i + 1)); done",
+        '[[ -n $SLURM_NODEID ]] || { echo "distspec: container=oci: $me is not '
         'among the nodes $DISTSPEC_NODES" >&2; exit 1; }',
+        "export SLURM_NODEID SLURM_PROCID=$SLURM_NODEID SLURM_LOCALID=0",
     ]
 
 
