@@ -87,12 +87,18 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300):
     )
 
 
-def _containers(image: str) -> list[str]:
-    """The containers of the test image, on any node (podman's state is the machine's:
-    the nodes share its filesystem), in any state: one left "Stopping" by a ``podman
-    rm`` that was killed still has its processes, though plain ``podman ps`` omits it."""
+def _containers(image: str, handle: str) -> list[str]:
+    """The containers of the test image that the job ``handle`` named (its folder is
+    ``<app>-<job id>``, see slurm.script.container_name), on any node (podman's state
+    is the machine's: the nodes share its filesystem), in any state: one left
+    "Stopping" by a ``podman rm`` that was killed still has its processes, though plain
+    ``podman ps`` omits it. Another job's containers (a developer's own) are not this
+    test's to judge."""
+    job_id = handle.rstrip("/").rsplit("/", 1)[-1]
+    argv = ["podman", "ps", "-a", "--filter", f"ancestor={image}"]
+    argv += ["--filter", f"name=^distspec-[^-]+-{job_id}-", "--format", "{{.Names}}"]
     proc = subprocess.run(
-        ["podman", "ps", "-a", "--filter", f"ancestor={image}", "--format", "{{.Names}}"],
+        argv,
         env={**os.environ, "CONTAINERS_CONF": require_container_image()[1]},
         capture_output=True,
         text=True,
@@ -102,9 +108,9 @@ def _containers(image: str) -> list[str]:
     return proc.stdout.split()
 
 
-def _processes_running(path: Path) -> list[str]:
-    """The processes on this machine (every node's) whose command line names ``path``:
-    what a container's record can outlive."""
+def _processes_running(path: Path | str) -> list[str]:
+    """The processes on this machine (every node's) whose command line names ``path``
+    (or holds that text): what a container's record can outlive."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
@@ -141,7 +147,7 @@ def test_ddp_2x2_runs_every_rank_inside_podman_on_both_nodes(
     assert {(prefix, inside, total) for _, _, prefix, inside, total in seen} == {
         ("/opt/venv", "True", "10")
     }, logs
-    assert _containers(image) == []
+    assert _containers(image, handle.group(0)) == []
 
 
 def test_a_failing_rank_inside_podman_is_named_with_its_traceback(
@@ -153,7 +159,9 @@ def test_a_failing_rank_inside_podman_is_named_with_its_traceback(
     said = proc.stdout + proc.stderr
     assert re.search(r"FAILED after .*rank 3 on n1", said), said
     assert "ValueError: rank 3 fails inside the container" in said, said
-    assert _containers(image) == []
+    handle = re.search(r"slurm://\S+", said)
+    assert handle, said
+    assert _containers(image, handle.group(0)) == []
 
 
 def test_cancel_leaves_no_container_running(
@@ -169,15 +177,16 @@ def test_cancel_leaves_no_container_running(
     handle = re.search(r"slurm://\S+", proc.stdout)
     assert handle, proc.stdout
     deadline = time.monotonic() + 180
-    while len(_containers(image)) < 2:
+    while len(_containers(image, handle.group(0))) < 2:
         assert time.monotonic() < deadline, "the job's two containers never started"
         time.sleep(1)
     cancel = _cli(["cancel", handle.group(0)], env, tmp_path)
     assert cancel.returncode == 0, cancel.stderr
     deadline = time.monotonic() + 60
-    while _containers(image) or _processes_running(tmp_path):
+    while _containers(image, handle.group(0)) or _processes_running(tmp_path):
         assert time.monotonic() < deadline, (
-            f"left after cancel: {_containers(image)} {_processes_running(tmp_path)}"
+            f"left after cancel: {_containers(image, handle.group(0))} "
+            f"{_processes_running(tmp_path)}"
         )
         time.sleep(1)
 
@@ -201,4 +210,6 @@ def test_a_failed_pull_is_the_jobs_cause_naming_its_node(
         said
     )
     assert "Traceback" not in said and "torchrun" not in said, said
-    assert _containers(nowhere) == []
+    handle = re.search(r"slurm://\S+", said)
+    assert handle, said
+    assert _containers(nowhere, handle.group(0)) == []
