@@ -392,6 +392,8 @@ def run_lines(
     output: str = "",
     trap: bool = True,
     background: bool = False,
+    stopped: str = "",
+    watch: str = "",
 ) -> list[str]:
     """Lines that run ``command`` (a shell command line, its words already quoted) in
     the role's container: ``$?`` after the last line is the command's exit code. For
@@ -418,12 +420,24 @@ def run_lines(
             container (else the caller's own trap runs :func:`stop_command`).
         background: run apptainer in the background and ``wait`` for it (podman
             always is, so that its trap runs at once).
+        stopped: a command podman's trap runs once the container is gone (PBS marks
+            the replica stopped for the script, which waits for that before it exits).
+        watch: a file (shell word) whose appearance stops podman's container as a
+            TERM would, looked for every second (PBS: the script asks the tasks on
+            other hosts, which no signal of the job reaches before their SIGKILL).
+            With it, a reaper in a session of its own (PBS kills a job by session)
+            removes the container by its id (``--cidfile``, per task) once the task
+            has died, whatever killed it: OpenPBS SIGKILLs the other hosts' tasks at
+            once on qdel, and their containers ran on under conmon.
     """
     redirect = f" {output}" if output else ""
     inner = f"env PATH={plan.path} {command}" if plan.path else command
     if plan.runtime is Container.PODMAN:
+        cid = '"$base.cid-$$"'
+        quoted_cid = cid.replace('"', '\\"')  # inside the reaper's double quotes
         words = [
             "podman run --rm --replace --name " + name,
+            *([f"--cidfile {cid}"] if watch else []),
             "--network host --ipc host",
             *([] if not plan.gpus else ["--device nvidia.com/gpu=all"]),
             *(f'--env "{n}"' if n.endswith("*") else f"--env {n}" for n in _env(plan, exported)),
@@ -436,12 +450,32 @@ def run_lines(
         stop = stop_command(plan, name)
         return [
             *(
-                [f'trap "{stop}; exit 143" TERM INT  # the container outlives its client']
+                [
+                    f'trap "{stop}; {stopped + "; " if stopped else ""}exit 143" TERM INT'
+                    "  # the container outlives its client"
+                ]
                 if trap
                 else []
             ),
+            *(
+                [
+                    f'setsid bash -c "while kill -0 $$ 2> /dev/null; do sleep 1; done; '
+                    f"podman rm -f -t 2 \\$(cat {quoted_cid} 2> /dev/null) > /dev/null 2>&1; "
+                    f'rm -f {quoted_cid}"'
+                    " > /dev/null 2>&1 < /dev/null &  # removes it if the task is killed outright"
+                ]
+                if watch
+                else []
+            ),
             " ".join(words) + f"{redirect} &",
-            "wait $!",
+            *(
+                [
+                    "distspec_c=$!; while kill -0 $distspec_c 2> /dev/null; do "
+                    f"[[ -e {watch} ]] && kill -TERM $$; sleep 1 & wait -n; done; wait $distspec_c"
+                ]
+                if watch
+                else ["wait $!"]
+            ),
         ]
     binary = plan.runtime.value  # apptainer, singularity
     words = [

@@ -170,11 +170,14 @@ def direct_script(
         f"# Rank r logs to {name}-r.log in the job folder (each line prefixed [rankr]:), with",
         "# its host and exit code (.host, .exit); `ranks` holds their number.",
         "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
-        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal} || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal'
+        + (",stop" if pbs.containers_stopped(plan, name) else "")
+        + "} || exit 1",
         f'echo {ranks} > "$DISTSPEC_JOB_DIR/{direct.RANKS_FILE}"',
         pbs.TERM_TRAP,
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
-        'echo "$code" > "$DISTSPEC_JOB_DIR/exit"'
+        + (f"{stopped}; " if (stopped := pbs.containers_stopped(plan, name)) else "")
+        + 'echo "$code" > "$DISTSPEC_JOB_DIR/exit"'
         + (f"; {pbs._ENV_CLEAN}" if copy else "")
         + "' EXIT",
         "set -m  # each launcher leads a process group: the EXIT trap stops what it started here",

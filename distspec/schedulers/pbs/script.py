@@ -461,12 +461,51 @@ def contained(
         return [*env, command + (f" {output}" if output else "")]
     env = [line for line in env if line != worker_exec_line()]
     name = container_name(role)
+    marked = trap and plan.runtime is Container.PODMAN
     return [
         *env,
+        *(['rm -f "$base.stopped"  # from an earlier run'] if marked else []),
         *container.run_lines(
-            plan, command, name=name, exported=env, output=output, trap=trap, background=background
+            plan,
+            command,
+            name=name,
+            exported=env,
+            output=output,
+            trap=trap,
+            background=background,
+            stopped=STOPPED if marked else "",
+            watch=STOP_FILE if marked else "",
         ),
     ]
+
+
+#: What podman's TERM trap in a task runs once its container is gone: ``$base.stopped``
+#: (for use in the trap's double quotes). See :func:`containers_stopped`.
+STOPPED = ': > \\"$base.stopped\\"'
+
+
+#: The file in the job folder that asks every podman task to remove its container.
+STOP_FILE = '"$DISTSPEC_JOB_DIR/stop"'
+
+
+def containers_stopped(plan: ContainerPlan | None, role: str) -> str:
+    """Shell that asks every podman task of ``role`` to remove its container
+    (:data:`STOP_FILE`), waits up to 8 s until each replica that started (its
+    ``.host``) has ended (``.exit``) or removed its container (``.stopped``), and
+    takes the request back; "" but for podman. For the script's end: OpenPBS signals
+    only the mother superior's tasks (a qdel's SIGTERM; pbsdsh's tm_kill did not reach
+    the other hosts either), then SIGKILLs every task of the job once the script has
+    exited, ``podman rm`` included, and the other hosts' containers ran on, "Up" or
+    "Stopping" (a real OpenPBS server showed both, #26). No single quote: it goes
+    into the EXIT trap's."""
+    if plan is None or plan.runtime is not Container.PODMAN:
+        return ""
+    return (
+        f": > {STOP_FILE}; "
+        f'for ((t = 0; t < 80; t++)); do left=; for h in "$DISTSPEC_JOB_DIR"/{role}-*.host; do '
+        "[[ ! -e $h || -e ${h%.host}.exit || -e ${h%.host}.stopped ]] || left=1; done; "
+        f"[[ -n $left ]] || break; sleep 0.1; done; rm -f {STOP_FILE}"
+    )
 
 
 def pull_lines(plan: ContainerPlan | None, name: str, *, replica: str) -> list[str]:
@@ -531,11 +570,16 @@ def _plain_script(
             if points is None
             else _array_head(points, opts, app_id=app_id, folder=folder)
         ),
-        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal} || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal'
+        + (",stop" if n > 1 and containers_stopped(plan, name) else "")
+        + "} || exit 1",
         *(_ARRAY_OUTPUT if points is not None else []),
         TERM_TRAP,
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
-        'echo "$code" > "$DISTSPEC_JOB_DIR/exit"' + (f"; {_ENV_CLEAN}" if copy else "") + "' EXIT",
+        + (f"{stopped}; " if (stopped := containers_stopped(plan, name) if n > 1 else "") else "")
+        + 'echo "$code" > "$DISTSPEC_JOB_DIR/exit"'
+        + (f"; {_ENV_CLEAN}" if copy else "")
+        + "' EXIT",
         "set -m  # each launcher leads a process group: the EXIT trap stops what it started here",
         "cd "
         + (shell_word(role.image, {}) if workdir_image(role, opts) else '"${PBS_O_WORKDIR:-$PWD}"')
@@ -717,7 +761,9 @@ def compile_script(
             else _array_head(points, opts, app_id=app_id, folder=folder)
         ),
         # A rerun (qrerun, a requeue) starts again here: the last run's end is not this one's.
-        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{exit,signal} || exit 1',
+        'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{exit,signal'
+        + (",stop" if containers_stopped(plan, role.name) else "")
+        + "} || exit 1",
         *(_ARRAY_OUTPUT if points is not None else []),
         f"export DISTSPEC_APP_ID={'$PBS_JOBID' if points is None else '$distspec_id'}",
         "# PBS starts the script in $HOME: run where qsub ran (or in the role's image dir).",
@@ -798,14 +844,21 @@ def compile_script(
         '} > "$DISTSPEC_TASK" || exit 1',
         "",
     ]
+    stopped = containers_stopped(plan, role.name)
     out += [
         batch.WAIT_FUNCTIONS,
-        _TRAPS.replace("/exit\"' EXIT", "/exit\"; distspec_env_clean' EXIT") if copy else _TRAPS,
+        (
+            _TRAPS.replace("/exit\"' EXIT", "/exit\"; distspec_env_clean' EXIT") if copy else _TRAPS
+        ).replace(
+            'trap \'echo "$?"',
+            f'trap \'code=$?; {stopped}; echo "$code"' if stopped else 'trap \'echo "$?"',
+        ),
         "# A failed attempt is retried max_retries times; each attempt clears the previous",
         "# attempt's exit codes. Launchers do not all return their tasks' codes: the .exit",
         "# files decide the script's exit code.",
     ]
     check = [
+        *([f"  (( distspec_code == 0 )) || {{ {stopped}; }}"] if stopped else []),
         "  distspec_missing=0",
         f"  for ((i = {n} - 1; i >= 0; i--)); do",
         "    distspec_exit=" + shell_word(f"{role.name}-", {}) + '"$i.exit"',
