@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,18 @@ def slurm_oci_conf() -> Iterator[None]:
         yield
     finally:
         _run("oci", "off")
+
+
+def ranks_in_the_image(logs: str, hosts: set[str], *, marked: bool = False) -> dict[str, str]:
+    """Check the 2x2 container tests' script output (``rank R host H prefix P
+    [container C] sum S`` per rank): ranks 0-3 all reported, from both ``hosts``, each
+    run by the image's Python (``/opt/venv``, which the host lacks), the all_reduce
+    over every rank summed to 10, and with ``marked`` each saw podman's
+    ``/run/.containerenv``. Returns each rank's host."""
+    seen = re.findall(r"rank (\d) host (\S+) prefix (\S+)(?: container (\w+))? sum (\d+)", logs)
+    assert sorted(rank for rank, *_ in seen) == ["0", "1", "2", "3"], logs
+    assert {host for _, host, *_ in seen} == hosts, logs
+    assert {(prefix, total) for _, _, prefix, _, total in seen} == {("/opt/venv", "10")}, logs
+    if marked:
+        assert {inside for *_, inside, _ in seen} == {"True"}, logs
+    return {rank: host for rank, host, *_ in seen}

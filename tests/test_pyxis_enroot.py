@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.container_image import ranks_in_the_image
 from tests.pyxis_enroot import SCRIPT, pyxis_unavailable_reason, require_pyxis
 
 # One task per node, each printing what it sees from inside the container (whose root
@@ -126,10 +127,7 @@ def test_distspec_ddp_2x2_in_pyxis_containers(state_dir: Path, tmp_path: Path) -
     handle = re.search(r"slurm://\S+", said)
     assert handle, said
     logs = _distspec(tmp_path, "log", handle.group(0)).stdout
-    seen = re.findall(r"rank (\d) host (n\d) prefix (\S+) sum (\d+)", logs)
-    assert sorted(rank for rank, *_ in seen) == ["0", "1", "2", "3"], logs
-    assert {host for _, host, *_ in seen} == {"n0", "n1"}, logs
-    assert {(prefix, total) for _, _, prefix, total in seen} == {("/opt/venv", "10")}, logs
+    ranks_in_the_image(logs, {"n0", "n1"})
 
 
 @pytest.mark.torch

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container_image import require_oci_bundle, slurm_oci_conf
+from tests.container_image import ranks_in_the_image, require_oci_bundle, slurm_oci_conf
 from tests.schedulers.test_podman_slurm_cluster import INSIDE
 from tests.slurm_cluster import (
     cluster_is_up,
@@ -91,15 +91,11 @@ def test_ddp_2x2_runs_every_rank_in_the_bundle_on_both_nodes(
     handle = re.search(r"slurm://\S+", said)
     assert handle, said
     logs = _run(tmp_path, "log", handle.group(0)).stdout
-    seen = re.findall(r"rank (\d) host (n\d) prefix (\S+) container \w+ sum (\d+)", logs)
-    assert sorted(rank for rank, *_ in seen) == ["0", "1", "2", "3"], logs
-    assert {host for _, host, *_ in seen} == {"n0", "n1"}, logs
     # The image's Python (/opt/venv exists only in the bundle) ran every rank, and the
     # all_reduce crossed both nodes.
-    assert {(prefix, total) for _, _, prefix, total in seen} == {("/opt/venv", "10")}, logs
+    by_node = ranks_in_the_image(logs, {"n0", "n1"})
     # Each node's torchrun got its own node rank from its hostname: ranks 0-1 on the
     # first node of the allocation, 2-3 on the second.
-    by_node = {rank: host for rank, host, *_ in seen}
     assert by_node["0"] == by_node["1"] != by_node["2"] == by_node["3"], logs
 
 

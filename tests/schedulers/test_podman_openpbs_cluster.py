@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container_image import require_container_image
+from tests.container_image import ranks_in_the_image, require_container_image
 from tests.schedulers.test_openpbs_cluster import _distspec, pbs_path, workdir
 from tests.schedulers.test_podman_slurm_cluster import INSIDE, SLEEPER, _processes_running
 
@@ -73,13 +73,8 @@ def test_ddp_2x2_runs_every_rank_inside_podman_on_both_pbs_hosts(
     handle = re.search(r"pbs://\S+", said)
     assert handle, said
     logs = _distspec(workdir, "log", handle.group(0)).stdout
-    seen = re.findall(r"rank (\d) host (pbs\d) prefix (\S+) container (\w+) sum (\d+)", logs)
-    assert {rank for rank, *_ in seen} == {"0", "1", "2", "3"}, logs
-    assert {host for _, host, *_ in seen} == {"pbs0", "pbs1"}, logs
     # The image's Python ran each rank in a container; the all_reduce crossed hosts.
-    assert {(prefix, inside, total) for _, _, prefix, inside, total in seen} == {
-        ("/opt/venv", "True", "10")
-    }, logs
+    ranks_in_the_image(logs, {"pbs0", "pbs1"}, marked=True)
     assert _containers(image, job_name) == []
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container_image import require_container_image
+from tests.container_image import ranks_in_the_image, require_container_image
 from tests.slurm_cluster import (
     cluster_is_up,
     require_slurm_cluster,
@@ -139,14 +139,9 @@ def test_ddp_2x2_runs_every_rank_inside_podman_on_both_nodes(
     handle = re.search(r"slurm://\S+", proc.stdout + proc.stderr)
     assert handle, proc.stdout + proc.stderr
     logs = _cli(["log", handle.group(0)], env, tmp_path).stdout
-    seen = re.findall(r"rank (\d) host (n\d) prefix (\S+) container (\w+) sum (\d+)", logs)
-    assert {rank for rank, *_ in seen} == {"0", "1", "2", "3"}, logs
-    assert {host for _, host, *_ in seen} == {"n0", "n1"}, logs
     # The image's own Python ran each rank, in a container, and the all_reduce crossed
     # both nodes over host networking.
-    assert {(prefix, inside, total) for _, _, prefix, inside, total in seen} == {
-        ("/opt/venv", "True", "10")
-    }, logs
+    ranks_in_the_image(logs, {"n0", "n1"}, marked=True)
     assert _containers(image, handle.group(0)) == []
 
 
