@@ -492,12 +492,12 @@ def containers_stopped(plan: ContainerPlan | None, role: str) -> str:
     """Shell that asks every podman task of ``role`` to remove its container
     (:data:`STOP_FILE`), waits up to 8 s until each replica that started (its
     ``.host``) has ended (``.exit``) or removed its container (``.stopped``), and
-    takes the request back; "" but for podman. For the script's end: OpenPBS signals
-    only the mother superior's tasks (a qdel's SIGTERM; pbsdsh's tm_kill did not reach
-    the other hosts either), then SIGKILLs every task of the job once the script has
-    exited, ``podman rm`` included, and the other hosts' containers ran on, "Up" or
-    "Stopping" (a real OpenPBS server showed both, #26). No single quote: it goes
-    into the EXIT trap's."""
+    takes the request back; "" but for podman. For the script's end: OpenPBS
+    SIGTERMs only the mother superior's tasks on qdel, pbsdsh (SIGTERMed by the EXIT
+    trap after a failed replica) forwards its signal and returns at once, and once
+    the script has exited every task left is SIGKILLed, ``podman rm`` included:
+    containers ran on, "Up" or "Stopping" (a real OpenPBS server showed both, #26).
+    No single quote: it goes into the EXIT trap's."""
     if plan is None or plan.runtime is not Container.PODMAN:
         return ""
     return (
