@@ -160,6 +160,7 @@ def direct_script(
             task.index('hostname > "$base.host" && cd "$DISTSPEC_WORKDIR" || exit 1') + 1,
             envcopy.task_path_line(),
         )
+    stopped = pbs.containers_stopped(plan, name)
     out = [
         "#!/bin/bash",
         *directives,
@@ -171,12 +172,12 @@ def direct_script(
         "# its host and exit code (.host, .exit); `ranks` holds their number.",
         "export DISTSPEC_JOB_DIR=" + shell_word(folder, {}),
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal'
-        + (",stop" if pbs.containers_stopped(plan, name) else "")
+        + (",stop" if stopped else "")
         + "} || exit 1",
         f'echo {ranks} > "$DISTSPEC_JOB_DIR/{direct.RANKS_FILE}"',
         pbs.TERM_TRAP,
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
-        + (f"{stopped}; " if (stopped := pbs.containers_stopped(plan, name)) else "")
+        + (f"{stopped}; " if stopped else "")
         + 'echo "$code" > "$DISTSPEC_JOB_DIR/exit"'
         + (f"; {pbs._ENV_CLEAN}" if copy else "")
         + "' EXIT",

@@ -551,6 +551,7 @@ def _plain_script(
     plan = container_plan(role, opts, folder.rpartition("/")[0] or "/")
     unbuffered = " PYTHONUNBUFFERED=1" if opts.unbuffered else ""
     launched = "run here" if n == 1 else f"one task each ({opts.launcher.value})"
+    stopped = containers_stopped(plan, name) if n > 1 else ""  # one host: the script's trap
     pbsdsh = opts.launcher is Launcher.PBSDSH
     copy = envcopy.pbs_lines(
         opts,
@@ -571,12 +572,12 @@ def _plain_script(
             else _array_head(points, opts, app_id=app_id, folder=folder)
         ),
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{*.exit,*.host,*.start,exit,signal'
-        + (",stop" if n > 1 and containers_stopped(plan, name) else "")
+        + (",stop" if stopped else "")
         + "} || exit 1",
         *(_ARRAY_OUTPUT if points is not None else []),
         TERM_TRAP,
         "trap 'code=$?; kill -TERM -- $(jobs -p | sed s/^/-/) 2> /dev/null; "
-        + (f"{stopped}; " if (stopped := containers_stopped(plan, name) if n > 1 else "") else "")
+        + (f"{stopped}; " if stopped else "")
         + 'echo "$code" > "$DISTSPEC_JOB_DIR/exit"'
         + (f"; {_ENV_CLEAN}" if copy else "")
         + "' EXIT",
@@ -737,6 +738,7 @@ def compile_script(
     n = role.num_replicas
     base = job_dir.rstrip("/") or "/"
     plan = container_plan(role, opts, base)
+    stopped = containers_stopped(plan, role.name)
     folder = f"{base.rstrip('/')}/{app_id}"
     out_path = f"{folder}.out"
     launcher = "none (one node)" if n == 1 else f"{opts.launcher.value}"
@@ -762,7 +764,7 @@ def compile_script(
         ),
         # A rerun (qrerun, a requeue) starts again here: the last run's end is not this one's.
         'mkdir -p -m 700 "$DISTSPEC_JOB_DIR" && rm -f "$DISTSPEC_JOB_DIR"/{exit,signal'
-        + (",stop" if containers_stopped(plan, role.name) else "")
+        + (",stop" if stopped else "")
         + "} || exit 1",
         *(_ARRAY_OUTPUT if points is not None else []),
         f"export DISTSPEC_APP_ID={'$PBS_JOBID' if points is None else '$distspec_id'}",
@@ -844,7 +846,6 @@ def compile_script(
         '} > "$DISTSPEC_TASK" || exit 1',
         "",
     ]
-    stopped = containers_stopped(plan, role.name)
     out += [
         batch.WAIT_FUNCTIONS,
         (
