@@ -259,6 +259,13 @@ class Runner:
             from distspec.snapshot.policy import rewrite
 
             compiled = rewrite(app, snapshot, sched, opts)
+        if getattr(opts, "watchdog", None) is not None or getattr(opts, "checkpoint_dir", None):
+            from distspec.specs.faults import apply
+
+            shared = sched.capabilities.shared_files
+            compiled = apply(
+                compiled, opts, shared_files=shared, python=sys.executable if shared else "python"
+            )
         deps = self.dependencies(scheduler, after)
         app_id = app_id or new_app_id(app.name)
         if points is not None:

@@ -185,6 +185,35 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
             None,
             "grace_period",
         )
+    # -- the fault-tolerance options (docs/fault-tolerance.md) -------------------
+    for sched in ("local_cwd", "slurm", "pbs", "kubernetes"):
+        for value in ("0", "-5", "5s", "nan", "inf", "1e9", "40d", "soon", "10 m"):
+            yield (
+                f"watchdog-{value or 'empty'}-{sched}",
+                ["run", "--dryrun", "-s", sched, "-cfg", f"watchdog={value}", *_args(sched)],
+                None,
+                "watchdog=",
+            )
+        yield (
+            f"checkpoint-dir-relative-{sched}",
+            ["run", "--dryrun", "-s", sched, "-cfg", "checkpoint_dir=ckpt", *_args(sched)],
+            None,
+            "checkpoint_dir=",
+        )
+    for sched in ("local_cwd", "slurm", "pbs"):
+        for value in ("/proc/distspec-ckpt", "/etc/hostname/ckpt"):
+            yield (
+                f"checkpoint-dir-{value}-{sched}",
+                ["run", "--dryrun", "-s", sched, "-cfg", f"checkpoint_dir={value}", *DDP],
+                None,
+                "checkpoint_dir=",
+            )
+    yield (
+        "watchdog-in-a-container",
+        ["run", "--dryrun", "-s", "slurm", "-cfg", "container=podman,watchdog=1m", *K8S],
+        None,
+        "containers",
+    )
     for value in ("nan", "inf", "-inf", "1e999"):
         yield (
             f"int-arg-{value}",

@@ -588,6 +588,9 @@ def exit_code(
             print(line, file=err)
         print(f"  its logs:      distspec log {handle}", file=err)
         return 1
+    hung = _hang_report(runner, handle, status, took, err)
+    if hung is not None:
+        return hung
     rank, excerpt, error = _failing_rank(runner, handle, failed.role, failed.id)
     code = failed.exit_code
     if code is None:
@@ -628,6 +631,36 @@ def exit_code(
     for line in metrics_summary(runner, handle, err):
         print(line, file=err)
     return job_exit_code(status)
+
+
+def _hang_report(
+    runner: Runner, handle: AppHandle, status: AppStatus, took: str, err: TextIO
+) -> int | None:
+    """For a job the hang watchdog ended (``-cfg watchdog``): say so, where each rank
+    was and where the stacks are, and return :data:`~distspec.hangs.HUNG_EXIT`; None
+    for any other failure."""
+    from distspec.hangs import HANG_DIR, HUNG_EXIT, read_hang, summary_lines
+
+    failed = status.first_failure()
+    if failed is None or failed.exit_code != HUNG_EXIT:
+        return None
+    try:
+        folder = runner.job_folder(handle)
+        hang = read_hang(folder) if folder is not None else None
+    except Exception:  # the failure report below stands without it
+        return None
+    if hang is None or folder is None:
+        return None
+    print(f"distspec: {handle} HUNG after {took}: {hang.headline()}", file=err)
+    for line in summary_lines(hang):
+        print(f"  {line}", file=err)
+    print(f"  stacks:        {os.path.join(folder, HANG_DIR, 'stacks')}/", file=err)
+    for line in _where(status):
+        print(line, file=err)
+    print(f"  its logs:      distspec log {handle}", file=err)
+    for line in metrics_summary(runner, handle, err):
+        print(line, file=err)
+    return HUNG_EXIT
 
 
 def _snapshot_note(runner: Runner, handle: AppHandle, excerpt: list[str], err: TextIO) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from distspec.errors import CompileError
 from distspec.frozen import frozen
 from distspec.schedulers.shell import shell_word
-from distspec.snapshot.options import SnapshotOptions
+from distspec.specs.faults import FaultOptions
 from distspec.specs.options import option
 
 __all__ = ["EnvCopyOptions", "env_prefix", "pbs_lines", "slurm_lines", "task_path_line"]
@@ -36,7 +36,7 @@ _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 
 
 @frozen
-class EnvCopyOptions(SnapshotOptions):
+class EnvCopyOptions(FaultOptions):
     """The ``env_to_local`` options of the batch backends (see docs/env-to-local.md)."""
 
     env_to_local: str | None = option(

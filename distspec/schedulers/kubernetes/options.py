@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 
 from distspec.frozen import FrozenDict, frozen
-from distspec.snapshot.options import SnapshotOptions
+from distspec.specs.faults import FaultOptions
 from distspec.specs.options import option
 
 __all__ = ["Flavor", "KubernetesOptions"]
@@ -21,7 +21,7 @@ class Flavor(str, enum.Enum):
 
 
 @frozen
-class KubernetesOptions(SnapshotOptions):
+class KubernetesOptions(FaultOptions):
     """Run options of the ``kubernetes`` backend (``-cfg key=value,...``)."""
 
     namespace: str = option("default", "Namespace to create the job in.")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 
 from distspec.frozen import frozen
-from distspec.snapshot.options import SnapshotOptions
+from distspec.specs.faults import FaultOptions
 from distspec.specs.options import option
 
 __all__ = ["LocalOptions", "default_state_dir"]
 
 
 @frozen
-class LocalOptions(SnapshotOptions):
+class LocalOptions(FaultOptions):
     """Run options of the ``local_cwd`` backend (``-cfg k=v``)."""
 
     cwd: str | None = option(

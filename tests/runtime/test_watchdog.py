@@ -1,0 +1,264 @@
+"""The hang watchdog (``-cfg watchdog``): its rules, and real hung jobs on local_cwd.
+
+The jobs are real torchrun runs with gloo: one rank never reaches a collective the
+others wait in. The Slurm 2x2 case is in tests/schedulers/test_slurm_watchdog.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from distspec.errors import UsageError
+from distspec.hangs import HUNG_EXIT, Hang, read_hang, summary_lines
+from distspec.runtime import progress
+from distspec.runtime.watchdog import Watchdog, where
+from distspec.specs.faults import parse_period
+
+BIN = Path(sys.executable).parent
+
+#: In the style of PyTorch's examples: torchrun's variables, no distspec. Rank 1
+#: stops before the fourth all_reduce; the others wait in it.
+HANGS = """\
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+
+def train_step():
+    t = torch.ones(1)
+    dist.all_reduce(t)
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    for step in range(3):
+        train_step()
+        print(f"rank {rank} step {step}", flush=True)
+    if rank == 1:
+        time.sleep(100000)
+    train_step()
+
+
+main()
+"""
+
+#: Uses the runtime's heartbeats; rank 1 stops beating but keeps printing, which the
+#: watchdog must not take for progress once heartbeats are what it judges by.
+NOISY = """\
+import time
+import torch
+import torch.distributed as dist
+from distspec.runtime import init
+
+with init(backend="gloo") as d:
+    for step in range(3):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        d.heartbeat()
+    if d.rank == 1:
+        while True:
+            print("still here, doing nothing useful", flush=True)
+            time.sleep(0.5)
+    dist.all_reduce(torch.ones(1))
+"""
+
+#: Slow but steady: a line every 3 s for 24 s, under a 10 s watchdog.
+SLOW = """\
+import os, time
+for i in range(8):
+    print(f"rank {os.environ.get('RANK')} step {i}", flush=True)
+    time.sleep(3)
+"""
+
+
+# -- rules --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15m", 900), ("90s", 90), ("1h30m", 5400), ("600", 600), ("2d", 172800), ("10.5s", 10.5)],
+)
+def test_periods(text: str, seconds: float) -> None:
+    assert parse_period(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "9s", "31d", "nan", "1e9", "5m5m", "m", "10 m", "x"])
+def test_bad_periods_are_one_usage_error(text: str) -> None:
+    with pytest.raises(UsageError, match=r"^watchdog="):
+        parse_period(text)
+
+
+def _frame(name: str, file: str, line: int) -> dict[str, object]:
+    return {"name": name, "file": file, "line": line}
+
+
+def test_where_names_the_call_through_a_decorator() -> None:
+    site = "/venv/lib/python3.11/site-packages/torch/distributed"
+    frames = [
+        _frame("all_reduce", f"{site}/distributed_c10d.py", 2800),
+        _frame("_exception_logger.<locals>.wrapper", f"{site}/c10d_logger.py", 81),
+        _frame("train_step", "/work/train.py", 88),
+        _frame("main", "/work/train.py", 100),
+    ]
+    assert where(frames) == {
+        "file": "train.py",
+        "path": "/work/train.py",
+        "line": 88,
+        "function": "train_step",
+        "call": "all_reduce",
+    }
+    # Blocked in the user's own frame (a C call py-spy does not show).
+    own = where([_frame("main", "/work/train.py", 18)])
+    assert own is not None and (own["call"], own["line"]) == ("main", 18)
+
+
+def test_summary_groups_ranks_by_place() -> None:
+    def proc(rank: int, line: int, call: str) -> dict[str, object]:
+        place = {"file": "train.py", "line": line, "call": call}
+        return {"rank": rank, "host": f"n{rank // 2}", "pid": 100 + rank, "where": place}
+
+    hang = Hang(
+        {"time": 1.0, "period": 900, "mode": "heartbeat"},
+        [
+            proc(0, 88, "all_reduce"),
+            proc(2, 61, "__next__"),
+            proc(1, 88, "all_reduce"),
+            proc(3, 88, "all_reduce"),
+        ],
+    )
+    assert hang.headline() == "no rank made progress for 15m (no heartbeat from any rank)"
+    assert summary_lines(hang) == [
+        "ranks 0-1,3 in all_reduce at train.py:88 (on n0,n1)",
+        "rank 2 in __next__ at train.py:61 (on n1)",
+    ]
+
+
+def test_heartbeats_win_over_output(tmp_path: Path) -> None:
+    """Once a rank has beaten, output is no longer progress; before, it is."""
+    dog = Watchdog(["true"], 10, key="r-0", replicas=1, folder=tmp_path)
+    dog.last_output = dog.start + 5
+    assert dog.progress() == ("output", dog.start + 5)
+    beats = tmp_path / progress.BEATS_DIR
+    beats.mkdir(parents=True)
+    (beats / "rank-0").touch()
+    os.utime(beats / "rank-0", (dog.start + 2, dog.start + 2))
+    assert dog.progress() == ("heartbeat", dog.start + 2)
+    # A beat of an earlier attempt (before this watchdog started) does not count.
+    os.utime(beats / "rank-0", (dog.start - 60, dog.start - 60))
+    assert dog.progress()[0] == "output"
+
+
+def test_heartbeat_marks_this_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTSPEC_JOB_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setattr(progress, "_state", {"last": 0.0, "path": None, "set_up": False})
+    calls: list[int] = []
+    monkeypatch.setattr(progress, "HOOKS", [lambda: calls.append(1)])
+    progress.beat(now=1000.0)
+    mark = tmp_path / progress.BEATS_DIR / "rank-3"
+    assert mark.exists()
+    progress.beat(now=1000.5)  # within a second: no write, hooks still run
+    progress.beat(now=2000.0)
+    assert mark.stat().st_mtime == 2000.0
+    assert calls == [1, 1, 1]
+
+
+# -- real jobs ------------------------------------------------------------------------
+
+
+def _run(
+    tmp_path: Path, script: str, period: str, *, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    (tmp_path / "job.py").write_text(script)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            str(BIN / "distspec"),
+            "run",
+            "--wait",
+            "-s",
+            "local_cwd",
+            "-cfg",
+            f"watchdog={period}",
+            "dist.ddp",
+            "-j",
+            "1x2",
+            *extra,
+            "--script",
+            "job.py",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    return proc, time.monotonic() - started
+
+
+def _processes_of(app_id: str) -> list[int]:
+    """The live processes whose environment names the run (``DISTSPEC_APP_ID``)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"DISTSPEC_APP_ID={app_id}".encode() in environ:
+            found.append(int(pid))
+    return found
+
+
+def _run_dir(proc: subprocess.CompletedProcess[str]) -> Path:
+    match = re.search(r"run directory: (\S+)", proc.stderr)
+    assert match, proc.stderr
+    return Path(match.group(1))
+
+
+def test_a_hung_collective_is_reported_with_every_rank_s_stack(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    proc, took = _run(tmp_path, HANGS, "10s")
+    assert proc.returncode == HUNG_EXIT, proc.stderr
+    assert re.search(r"HUNG after \S+: no rank made progress for 10s", proc.stderr), proc.stderr
+    # Rank 0 waits in the all_reduce train_step makes; rank 1 sleeps in main.
+    assert re.search(r"\n  rank 0 in all_reduce at job\.py:8 ", proc.stderr), proc.stderr
+    assert re.search(r"\n  rank 1 in main at job\.py:18 ", proc.stderr), proc.stderr
+    assert took < 10 + 60, took  # the period, torch's start-up and the stop, not the limit
+    folder = _run_dir(proc)
+    hang = read_hang(folder)
+    assert hang is not None and hang.mode == "output"
+    ranks = {p["rank"]: p for p in hang.processes if p["rank"] is not None}
+    assert sorted(ranks) == [0, 1]
+    assert all(p["tool"] == "py-spy" and p["threads"] for p in ranks.values()), ranks
+    text = (folder / "hang" / "stacks" / "job-0.txt").read_text()
+    assert "all_reduce" in text and "--- rank 1, pid" in text, text
+    assert not _processes_of(folder.name), "a process of the hung job is still running"
+    status = json.loads((folder / "state.json").read_text())
+    assert status["state"] == "FAILED", status
+
+
+def test_heartbeats_make_output_no_longer_count(tmp_path: Path, state_dir: Path) -> None:
+    proc, _ = _run(tmp_path, NOISY, "10s")
+    assert proc.returncode == HUNG_EXIT, proc.stderr
+    assert "(no heartbeat from any rank)" in proc.stderr, proc.stderr
+    assert re.search(r"\n  rank 0 in all_reduce at job\.py:15 ", proc.stderr), proc.stderr
+    assert re.search(r"\n  rank 1 in <module> at job\.py:1[34] ", proc.stderr), proc.stderr
+
+
+def test_slow_steady_progress_is_not_a_hang(tmp_path: Path, state_dir: Path) -> None:
+    proc, took = _run(tmp_path, SLOW, "10s")
+    assert proc.returncode == 0, proc.stderr
+    assert "HUNG" not in proc.stderr and took > 20, (took, proc.stderr)
+    assert read_hang(_run_dir(proc)) is None
