@@ -45,7 +45,7 @@ import random
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -149,6 +149,73 @@ class Dist:
         from distspec.runtime.metrics import log
 
         log(step, reduce=reduce, **metrics)
+
+    # Restart from the last checkpoint: distspec.runtime.resume.
+
+    @property
+    def attempt(self) -> int:
+        """Which start of the job this is: 0 for the first (:func:`distspec.runtime.resume.attempt`)."""
+        from distspec.runtime.resume import attempt
+
+        return attempt()
+
+    @property
+    def restart_reason(self) -> str | None:
+        """Why the job was restarted: None on the first attempt, else one of
+        :data:`distspec.runtime.resume.REASONS`."""
+        from distspec.runtime.resume import restart_reason
+
+        return restart_reason()
+
+    @property
+    def checkpoint_dir(self) -> Path | str:
+        """The job's checkpoint folder, the same across requeues and retries (a Path, or
+        an fsspec URL): :func:`distspec.runtime.resume.checkpoint_dir`."""
+        from distspec.runtime.resume import checkpoint_dir
+
+        return checkpoint_dir()
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the requeue signal has come: save, then exit (distspec requeues)."""
+        from distspec.runtime.resume import preempted
+
+        return preempted()
+
+    def on_preempt(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once, in the main thread, when the requeue signal has come:
+        :func:`distspec.runtime.resume.on_preempt`."""
+        from distspec.runtime.resume import on_preempt
+
+        on_preempt(fn)
+
+    def save_checkpoint(
+        self, state: Any, step: int, *, keep: int = 3, all_ranks: bool = False
+    ) -> Path | str | None:
+        """Save ``state`` as step ``step``'s checkpoint, atomically, keeping the newest
+        ``keep`` (the main rank only, unless ``all_ranks``):
+        :func:`distspec.runtime.resume.save_checkpoint`."""
+        from distspec.runtime.resume import save_checkpoint
+
+        return save_checkpoint(state, step, keep=keep, all_ranks=all_ranks)
+
+    def load_checkpoint(
+        self, *, map_location: Any = None, all_ranks: bool = False, weights_only: bool = False
+    ) -> tuple[Any, int] | None:
+        """The latest checkpoint as ``(state, step)``, or None; tensors on this rank's
+        device unless ``map_location`` says otherwise:
+        :func:`distspec.runtime.resume.load_checkpoint`."""
+        from distspec.runtime.resume import load_checkpoint
+
+        where = self.device if map_location is None else map_location
+        return load_checkpoint(map_location=where, all_ranks=all_ranks, weights_only=weights_only)
+
+    def heartbeat(self) -> None:
+        """Tell the hang watchdog this rank is making progress (``-cfg watchdog``;
+        :func:`distspec.runtime.progress.heartbeat`). Cheap: call it every step."""
+        from distspec.runtime.progress import heartbeat
+
+        heartbeat()
 
     def close(self) -> None:
         """Destroy the process group this :func:`init` made; safe to call twice."""
@@ -327,6 +394,9 @@ def init(
     atexit.register(dist.close)
     if dist.is_main:
         _announce(dist, log, meeting)
+    from distspec.runtime.progress import beat
+
+    beat()  # the process group is up: progress, and the stack dump signal registered
     return dist
 
 

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from distspec.runtime.sinks import Sinks
 
 __all__ = [
+    "ATTEMPT_ENV",
+    "ATTEMPT_FILE",
     "METRICS_ENV",
     "REDUCTIONS",
     "SHIP_ENV",
@@ -68,14 +70,32 @@ SINKS_ENV = "DISTSPEC_METRICS_SINKS"
 REDUCTIONS = ("mean", "sum", "max", "min")
 
 
+#: Set by local_cwd's supervisor on each start of a replica: how many starts came before.
+ATTEMPT_ENV = "DISTSPEC_ATTEMPT"
+
+#: The file, in the job folder, where the Slurm and PBS scripts' retry loop writes the
+#: number of the attempt it runs (0, 1, ...; the loop starts at 0 on each requeue).
+ATTEMPT_FILE = "attempt"
+
+
 def attempt_number(environ: dict[str, str] | os._Environ[str]) -> int:
     """Which start of the job this process belongs to: 0 for the first, then one more
-    for each restart of the workers by torchrun and each requeue by Slurm."""
+    for each restart of the workers by torchrun (``TORCHELASTIC_RESTART_COUNT``), each
+    requeue by Slurm (``SLURM_RESTART_COUNT``), each retry of the Slurm and PBS scripts'
+    retry loop (``$DISTSPEC_JOB_DIR/attempt``) and each restart by local_cwd's
+    supervisor (``DISTSPEC_ATTEMPT``)."""
     total = 0
-    for key in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+    for key in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT", ATTEMPT_ENV):
         try:
             total += max(0, int(environ.get(key, "0") or 0))
         except ValueError:
+            pass
+    job_dir = environ.get("DISTSPEC_JOB_DIR", "")
+    if job_dir and "://" not in job_dir:
+        try:
+            with open(os.path.join(job_dir, ATTEMPT_FILE), encoding="utf-8") as f:
+                total += max(0, int(f.read().strip() or 0))
+        except (OSError, ValueError):
             pass
     return total
 
@@ -392,3 +412,6 @@ def log(step: int | None = None, *, reduce: str | None = None, **metrics: Any) -
         ImportError: (rank 0, first record) a sink's package is not installed.
     """
     _writer().log(step, reduce=reduce, **metrics)
+    from distspec.runtime.progress import beat
+
+    beat()  # a record is progress, for the hang watchdog

@@ -531,7 +531,8 @@ def test_requeue_trap_runs_scontrol_requeue(tmp_path: Path) -> None:
             Role(
                 name="r",
                 entrypoint="bash",
-                args=("-c", "kill -USR1 $PPID; sleep 0.5"),
+                # Sees the flag (as distspec.runtime's `preempted` does) and stops.
+                args=("-c", 'kill -USR1 $PPID; sleep 0.5; touch "$DISTSPEC_JOB_DIR/preempt.seen"'),
                 num_replicas=1,
             ),
         ),

@@ -260,7 +260,10 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
     launcher gets a process group of its own, so that stopping it stops what it
     started on this host), waits for the launchers with ``distspec_wait`` (see
     :data:`WAIT_FUNCTIONS`: the first failure stops the others) and runs ``check``.
-    A failure is retried ``retries`` times.
+    A failure is retried ``retries`` times; before each retry the loop writes
+    ``restart_reason`` (``hang`` when the hang watchdog's ``hang/hung`` is newer than
+    the attempt's ``attempt`` file, else ``failed-rank``) for
+    :func:`distspec.runtime.resume.restart_reason`.
 
     Args:
         launch: lines that start the launchers in the background, each followed by
@@ -286,6 +289,13 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
         *check,
         f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
         "  distspec_attempt=$((distspec_attempt + 1))",
+        "  # Why the next attempt runs (distspec.runtime's restart_reason): the hang watchdog's",
+        "  # mark, if it ended this attempt, else a failed rank.",
+        '  if [[ "$DISTSPEC_JOB_DIR/hang/hung" -nt "$DISTSPEC_JOB_DIR/attempt" ]]; then',
+        '    echo hang > "$DISTSPEC_JOB_DIR/restart_reason"',
+        "  else",
+        '    echo failed-rank > "$DISTSPEC_JOB_DIR/restart_reason"',
+        "  fi",
         f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
         "done",
         'exit "$distspec_code"',

@@ -40,6 +40,7 @@ import signal
 import sys
 import time
 
+from distspec._files import write_atomic
 from distspec.schedulers.local.exits import describe_rc
 from distspec.schedulers.local.files import (
     ALIVE_FIFO,
@@ -259,6 +260,8 @@ class Supervisor:
         replica.ended = None
         spec = dict(replica.spec)
         spec["role"] = replica.role
+        # Which start of the replica this is, for distspec.runtime's `attempt`.
+        spec["env"] = {**spec.get("env", {}), "DISTSPEC_ATTEMPT": str(replica.attempt - 1)}
         spec["cwd"] = spec.get("cwd") or self.cwd
         if spec.get("prepend_cwd"):
             spec["path_prepend"] = spec["cwd"]
@@ -358,6 +361,7 @@ class Supervisor:
         what = f"{replica.role}/{replica.id} exited with {replica.exit_code}"
         if policy == "replica" and replica.restarts < max_retries:
             replica.restarts += 1
+            self._write_restart_reason(replica)
             self.msg = f"restarted {replica.role}/{replica.id} after: {what}"
             self.start(replica, msg_w, wake)
             return
@@ -370,6 +374,7 @@ class Supervisor:
             group = list(self.replicas)
         if group:
             self.msg = f"restarting {policy} after: {what}"
+            self._write_restart_reason(replica)
             replica.state = "PENDING"
             self.restart_when_stopped = group
             self.stop([r for r in group if r.live])
@@ -378,6 +383,20 @@ class Supervisor:
         replica.state = "FAILED"
         self.final = ("FAILED", what)
         self.stop([r for r in self.replicas if r.live])
+
+    def _write_restart_reason(self, failed: Replica) -> None:
+        """Say why the next attempt runs, in ``restart_reason`` (for distspec.runtime's
+        ``restart_reason``): ``hang`` when the hang watchdog's ``hang/hung`` mark is newer
+        than the failed attempt's start, else ``failed-rank``."""
+        try:
+            hung = os.stat(os.path.join(self.run_dir, "hang", "hung")).st_mtime
+        except OSError:
+            hung = None
+        reason = "hang" if hung is not None and hung >= (failed.started or 0.0) else "failed-rank"
+        try:
+            write_atomic(os.path.join(self.run_dir, "restart_reason"), f"{reason}\n".encode())
+        except OSError:
+            pass  # informational: a restart goes ahead without it
 
     def _maybe_restart_group(self, msg_w: int, wake: list[int]) -> None:
         group = self.restart_when_stopped

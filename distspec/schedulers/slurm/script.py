@@ -216,15 +216,51 @@ def _task() -> str:
 
 
 _REQUEUE = """\
-# Slurm sends SIG{signal} {secs} s before the time limit (--signal=B:...): requeue the job,
-# which then starts again from the top with the same job id.
+# Slurm sends SIG{signal} {secs} s before the time limit (--signal=B:...). The trap does not
+# requeue at once: it raises the pre-emption flag ($DISTSPEC_JOB_DIR/preempt, which
+# distspec.runtime's `preempted` reads) so that the job can save a checkpoint and exit,
+# and writes why the next attempt runs (restart_reason). The job is requeued when its
+# step has ended, or after {grace} s if it has not (half of requeue_before: Slurm's signal
+# may come up to a minute late). It then starts again from the top with the same job id.
+distspec_preempt=
 distspec_requeue() {{
-  echo "distspec: SIG{signal} before the time limit: requeueing job $SLURM_JOB_ID" >&2
+  [[ -n $distspec_preempt ]] && return
+  distspec_preempt=1
+  echo "distspec: SIG{signal} before the time limit: job $SLURM_JOB_ID may save and stop; requeueing it when its step ends, at the latest in {grace} s" >&2
+  echo time-limit > "$DISTSPEC_JOB_DIR/restart_reason"
+  touch "$DISTSPEC_JOB_DIR/preempt"
+  ( trap 'kill $! 2> /dev/null; exit 0' TERM; sleep {grace} > /dev/null 2>&1 & wait $!; distspec_requeue_now ) &
+  distspec_timer=$!
+}}
+distspec_requeue_now() {{
+  echo "distspec: requeueing job $SLURM_JOB_ID" >&2
   echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) > "$DISTSPEC_JOB_DIR/requeues"
   scontrol requeue "$SLURM_JOB_ID"
 }}
+# After the step: true once the flag was raised, and then the job is requeued, unless the
+# step exited 0 without any rank having seen the flag (no preempt.seen): it finished first.
+distspec_requeued() {{
+  [[ -n $distspec_preempt ]] || return 1
+  kill "$distspec_timer" 2> /dev/null
+  if (( distspec_code == 0 )) && [[ ! -e "$DISTSPEC_JOB_DIR/preempt.seen" ]]; then
+    echo "distspec: job $SLURM_JOB_ID finished before it saw SIG{signal}: not requeueing it" >&2
+    return 1
+  fi
+  distspec_requeue_now
+}}
 trap distspec_requeue {signal}
+# A requeue this trap did not ask for (a node failure, pre-emption by another job, scontrol
+# requeue): no reason is known. The last run's flag is cleared.
+if [[ ! -e "$DISTSPEC_JOB_DIR/preempt" ]] && (( ${{SLURM_RESTART_COUNT:-0}} > 0 )); then
+  echo unknown > "$DISTSPEC_JOB_DIR/restart_reason"
+fi
+rm -f "$DISTSPEC_JOB_DIR/preempt" "$DISTSPEC_JOB_DIR/preempt.seen"
 """
+
+
+def _requeue(signal: str, before: int) -> str:
+    """The requeue trap and the functions the step's end calls (:data:`_REQUEUE`)."""
+    return _REQUEUE.format(signal=signal, secs=before, grace=before // 2)
 
 
 #: An array task's own id, as squeue and scancel name it: ``1234_7``.
@@ -261,7 +297,8 @@ def _srun_step(
     """The one srun step of a single-role job: ``flags``, each task's output to ``log``
     (a shell word in the job folder), ``task``'s lines as one ``bash -c`` word. With
     ``requeue`` it runs in the background, and the script waits for it across the
-    requeue trap (a trapped signal ends ``wait`` early) and exits with its code.
+    requeue trap (a trapped signal ends ``wait`` early), requeues the job if the trap
+    ran (``distspec_requeued``) and exits with its code.
     ``after``: lines run once the step has ended, before the script exits with its
     code."""
     # The task body is one single-quoted word: its own quotes survive unchanged.
@@ -280,6 +317,8 @@ def _srun_step(
             '  kill -0 "$distspec_srun" 2> /dev/null || break',
             "done",
             *after,
+            "# After the requeue signal: requeue now (see distspec_requeued).",
+            "distspec_requeued",
             'exit "$distspec_code"',
         ]
     elif after:
@@ -569,7 +608,7 @@ def prologue(
     out += envcopy.slurm_lines(opts, NAME, job_dir=job_dir, roles=len(app.roles))
     if opts.requeue:
         signal = requeue_signal(opts)
-        out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
+        out.append(_requeue(signal, opts.requeue_before))
     return out
 
 
@@ -680,7 +719,7 @@ def compile_script(
     out += envcopy.slurm_lines(opts, NAME, job_dir=base, roles=len(app.roles))
     if opts.requeue:
         signal = requeue_signal(opts)
-        out.append(_REQUEUE.format(signal=signal, secs=opts.requeue_before))
+        out.append(_requeue(signal, opts.requeue_before))
     for index, (role, plan) in enumerate(zip(app.roles, plans, strict=True)):
         out += pull_step(role, plan, replica="SLURM_NODEID", het_group=index if het else None)
     out += [
@@ -688,5 +727,7 @@ def compile_script(
         "# each attempt clears the previous attempt's exit codes.",
     ]
     steps = [_srun_line(index, role, opts, het, base) for index, role in enumerate(app.roles)]
-    out += batch.attempt_loop(steps, retries)
+    # After the requeue signal: requeue rather than retry (see distspec_requeued).
+    check = ["  distspec_requeued && break"] if opts.requeue else []
+    out += batch.attempt_loop(steps, retries, check=check)
     return "\n".join(out) + "\n"
