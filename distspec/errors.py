@@ -272,6 +272,13 @@ EXIT_CODES: tuple[tuple[str, str, str], ...] = (
         "interrupted by Ctrl-C (a local job followed by run --wait is cancelled first)",
     ),
     (
+        "124",
+        "run --wait",
+        "the job hung: the hang watchdog (-cfg watchdog) saw no progress from any rank for "
+        "its period, wrote every rank's stack into the job folder and ended it; stderr says "
+        "HUNG and where each rank was (docs/fault-tolerance.md)",
+    ),
+    (
         str(EXIT_READER_GONE),
         "run --wait",
         "the reader of its output went away (`| head`): taken as a Ctrl-C, so a local job "

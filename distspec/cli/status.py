@@ -199,6 +199,7 @@ def describe_text(handle: str, status: AppStatus) -> str:
         lines.append(f"duration:   {duration_text(status.duration)}{running}")
     if status.location:
         lines.append(f"run dir:    {status.location}")
+        lines += _hang_lines(status)
     info = runtime_info(status.location)
     if info:
         lines.append(f"runtime:    {runtime_text(info)}")
@@ -221,6 +222,25 @@ def describe_text(handle: str, status: AppStatus) -> str:
             if r.log:
                 lines.append(f"    log: {r.log}")
     return "\n".join(lines)
+
+
+def _hang_lines(status: AppStatus) -> list[str]:
+    """For a job the hang watchdog ended (a replica exited with 124 and the job folder
+    has the watchdog's records): what it saw and where each rank was."""
+    from distspec.hangs import HANG_DIR, HUNG_EXIT, read_hang, summary_lines
+
+    if not any(r.exit_code == HUNG_EXIT for role in status.roles for r in role.replicas):
+        return []
+    try:
+        hang = read_hang(status.location)
+    except Exception:  # describe stands without it
+        return []
+    if hang is None:
+        return []
+    lines = [f"hung:       {hang.headline()}"]
+    lines += [f"  {line}" for line in summary_lines(hang)]
+    lines.append(f"  stacks: {status.location.rstrip('/')}/{HANG_DIR}/stacks/")
+    return lines
 
 
 def _size(count: int) -> str:

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
+from distspec.hangs import HUNG_EXIT
 from distspec.schedulers.logs import log_file_name
 from distspec.specs.state import AppState
 from distspec.torchrun_output import signal_name, torchrun_root_cause
@@ -85,6 +86,12 @@ def replica_exit(
     said = files.get(log_file_name(role, replica, "reason"))
     if said:
         return code, said
+    if code == HUNG_EXIT and folder is not None:
+        from distspec.hangs import read_hang
+
+        hang = read_hang(folder)
+        if hang is not None:
+            return code, f"hung: {hang.headline()} (-cfg watchdog)"
     found = None
     if folder is not None:
         start = parse_int(files.get(log_file_name(role, replica, "start"))) or 0
