@@ -127,3 +127,22 @@ def test_bench_metrics_runs_and_reports_every_case(tmp_path: Path) -> None:
     assert "distspec.runtime.log" in proc.stdout and "2 gloo ranks" in proc.stdout
     assert "distspec plot, a history of 3,000 records" in proc.stdout
     assert "in the terminal (plotext)" in proc.stdout and "-o chart.png" in proc.stdout
+
+
+FAULTS_BENCH = ROOT / "scripts" / "bench_faults"
+
+
+@pytest.mark.torch
+def test_bench_faults_hang_part_measures_a_real_hang(tmp_path: Path) -> None:
+    """`scripts/bench_faults --part hang` on local_cwd, one round: a real hang detected
+    after the period, and the figures written (not judged: no time is asserted beyond
+    the period the watchdog must wait)."""
+    out = tmp_path / "faults.json"
+    argv = [sys.executable, str(FAULTS_BENCH), "--part", "hang", "--backends", "local_cwd"]
+    argv += ["--runs", "1", "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    figures = json.loads(out.read_text())["hang/local_cwd"]
+    assert figures["period"] == 10
+    assert figures["report"] >= figures["detected"] >= figures["period"], figures
+    assert "onset->detected" in proc.stdout
