@@ -38,6 +38,7 @@ __all__ = [
     "WATCHDOG_MODULE",
     "FaultOptions",
     "apply",
+    "launcher",
     "parse_period",
 ]
 
@@ -156,6 +157,18 @@ def _role(role: Role, seconds: float | None, folder: str | None, total: int, pyt
         *role.args,
     )
     return replace(role, entrypoint=python, args=args, env=frozendict(env))
+
+
+def launcher(role: Role) -> str:
+    """The program the role's replicas run: its entrypoint, or under ``-cfg watchdog``
+    the command the watchdog runs (so a wrapped ``torchrun`` is still torchrun to the
+    backends that treat it specially)."""
+    args = role.args
+    if args[:2] == ("-m", WATCHDOG_MODULE) and "--" in args:
+        rest = args[args.index("--") + 1 :]
+        if rest:
+            return rest[0]
+    return role.entrypoint
 
 
 def _check_folder(folder: str, shared_files: bool) -> None:

@@ -262,3 +262,30 @@ def test_slow_steady_progress_is_not_a_hang(tmp_path: Path, state_dir: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert "HUNG" not in proc.stderr and took > 20, (took, proc.stderr)
     assert read_hang(_run_dir(proc)) is None
+
+
+def test_a_wrapped_torchrun_is_still_torchrun_to_the_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kubernetes refuses a static rendezvous for a job whose pods are replaced alone;
+    under the watchdog the role's entrypoint is python, yet the check still applies."""
+    from distspec.cli.main import main
+    from distspec.specs.app import AppDef, Role
+    from distspec.specs.faults import FaultOptions, apply, launcher
+
+    role = Role(name="r", entrypoint="torchrun", args=("--nnodes", "2", "t.py"))
+    app = AppDef(name="a", roles=(role,))
+    opts = FaultOptions(watchdog="5m")
+    wrapped = apply(app, opts, shared_files=True, python=sys.executable).roles[0]
+    assert (wrapped.entrypoint, launcher(wrapped), launcher(role)) == (
+        sys.executable,
+        "torchrun",
+        "torchrun",
+    )
+    assert wrapped.args[-3:] == ("--nnodes", "2", "t.py")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    argv = ["run", "--dryrun", "-s", "kubernetes", "-cfg", "watchdog=5m", "dist.ddp"]
+    argv += ["-j", "2x2", "--max_retries", "2", "--image", "img:1", "--script", "t.py"]
+    assert main([*argv, "--rdzv_backend", "static"]) == 2
+    assert "static rendezvous cannot take the new pod in" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from distspec.errors import CompileError
 from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
 from distspec.specs.app import NAME_CHARS, Role
+from distspec.specs.faults import launcher
 from distspec.specs.placeholders import Var
 from distspec.torchrun import TORCHRUN
 from distspec.torchrun_output import worker_exec_line
@@ -109,7 +110,7 @@ def env_exports(role: Role, values: MacroValues) -> list[str]:
             f"${_SNAPSHOT_ENV} is not on $(hostname): keep the snapshot store (the state "
             'dir, or -cfg job_dir) on a file system every node mounts" >&2; exit 2; }'
         )
-    if role.entrypoint == TORCHRUN and "PYTHON_EXEC" not in role.env:
+    if launcher(role) == TORCHRUN and "PYTHON_EXEC" not in role.env:
         lines.append(worker_exec_line())
     return lines
 

@@ -12,6 +12,7 @@ from distspec.errors import CompileError
 from distspec.schedulers.kubernetes.names import MAX_NODES, NAME, k8s_role, rest_task
 from distspec.schedulers.kubernetes.options import Flavor, KubernetesOptions
 from distspec.specs import macros
+from distspec.specs.faults import launcher
 from distspec.specs.macros import Macro
 from distspec.specs.mounts import BindMount, DeviceMount, VolumeMount
 
@@ -301,7 +302,7 @@ def replaces_pods(role: Role, opts: KubernetesOptions) -> bool:
         opts.flavor is Flavor.JOB
         and role.max_retries > 0
         and role.num_replicas > 1
-        and role.entrypoint == "torchrun"
+        and launcher(role) == "torchrun"
     )
 
 

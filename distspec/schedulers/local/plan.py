@@ -25,6 +25,7 @@ import json
 
 from distspec.schedulers.local.files import PLAN_FILE
 from distspec.schedulers.logs import log_file_name
+from distspec.specs.faults import launcher
 from distspec.specs.macros import Macro
 from distspec.torchrun import TORCHRUN, job_rdzv_port
 
@@ -106,7 +107,7 @@ def build_plan(
                     # torchrun starts the workers with distspec's worker Python (their
                     # stderr joined to their stdout), as worker_exec_line does in the
                     # batch scripts, unless PYTHON_EXEC is set.
-                    "worker_exec": role.entrypoint == TORCHRUN and "PYTHON_EXEC" not in env,
+                    "worker_exec": launcher(role) == TORCHRUN and "PYTHON_EXEC" not in env,
                 }
             )
         roles.append(
