@@ -159,7 +159,9 @@ def test_an_fsspec_url_works_too(job: Path, monkeypatch: pytest.MonkeyPatch) -> 
     import fsspec
 
     fs = fsspec.filesystem("memory")
-    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"/distspec-test-{os.getpid()}/ck", detail=False))
+    names = sorted(
+        p.rsplit("/", 1)[-1] for p in fs.ls(f"/distspec-test-{os.getpid()}/ck", detail=False)
+    )
     assert names == ["latest", "step-00000002.pt", "step-00000003.pt"]
     assert resume.load_checkpoint() == ({"s": 3}, 3)
     fs.rm(f"/distspec-test-{os.getpid()}", recursive=True)

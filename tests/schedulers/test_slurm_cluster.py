@@ -254,8 +254,14 @@ def test_cancel_leaves_no_task_on_either_node(cluster: None, state_dir: Path) ->
 
 def test_requeue_on_the_signal(cluster: None, state_dir: Path) -> None:
     sched = SlurmScheduler(state_dir=state_dir)
+    # The sleeper never looks at the pre-emption flag: it is requeued at the trap's
+    # deadline, half of requeue_before after the signal.
     job = _submit(
-        sched, _sleeper(f"distspec-requeue-{uuid.uuid4().hex}", 1), requeue="true", time="10"
+        sched,
+        _sleeper(f"distspec-requeue-{uuid.uuid4().hex}", 1),
+        requeue="true",
+        time="10",
+        requeue_before="20",
     )
     try:
         _until(lambda: _running_everywhere(sched, job, 1), "the job to run")
