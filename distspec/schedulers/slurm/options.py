@@ -71,6 +71,12 @@ class SlurmOptions(EnvCopyOptions):
     requeue_before: int = option(
         120, "Seconds before the time limit to send requeue_signal (Slurm is ~60 s precise)."
     )
+    exclude_failed_nodes: bool = option(
+        True,
+        "With requeue: when a step fails and a node of the job is then down, not responding, "
+        "draining or failing, requeue the job without it (ExcNodeList, accumulated across "
+        "requeues in the job folder's bad_nodes). See docs/fault-tolerance.md.",
+    )
     kill_on_bad_exit: bool = option(
         True, "Stop every replica of a role when one of them fails (srun --kill-on-bad-exit)."
     )

@@ -27,6 +27,7 @@ from distspec.schedulers.batch.container import Container, ContainerPlan
 from distspec.schedulers.batch.direct import Workers
 from distspec.schedulers.logs import log_file_name
 from distspec.schedulers.shell import MacroValues, ShellExpr, shell_join, shell_word
+from distspec.schedulers.slurm import nodes
 from distspec.schedulers.slurm.options import (
     NAME,
     GpuFlag,
@@ -432,8 +433,10 @@ def _plain_body(
     )
     log = shell_word(log_file_name(name, "%t"), {})
     flags = _srun_flags(0, role, opts, het=False, job_dir=job_dir)
+    out += nodes.prologue_lines(opts)
     out += pull_step(role, plan, replica="SLURM_NODEID")
-    out += _srun_step(flags, log, task, requeue=opts.requeue, after=leftovers(role, plan))
+    after = [*nodes.after_step(opts), *leftovers(role, plan)]
+    out += _srun_step(flags, log, task, requeue=opts.requeue, after=after)
     return out
 
 
@@ -720,6 +723,7 @@ def compile_script(
     if opts.requeue:
         signal = requeue_signal(opts)
         out.append(_requeue(signal, opts.requeue_before))
+    out += nodes.prologue_lines(opts)
     for index, (role, plan) in enumerate(zip(app.roles, plans, strict=True)):
         out += pull_step(role, plan, replica="SLURM_NODEID", het_group=index if het else None)
     out += [
@@ -729,5 +733,5 @@ def compile_script(
     steps = [_srun_line(index, role, opts, het, base) for index, role in enumerate(app.roles)]
     # After the requeue signal: requeue rather than retry (see distspec_requeued).
     check = ["  distspec_requeued && break"] if opts.requeue else []
-    out += batch.attempt_loop(steps, retries, check=check)
+    out += batch.attempt_loop(steps, retries, check=[*check, *nodes.after_attempt(opts)])
     return "\n".join(out) + "\n"

@@ -1,0 +1,149 @@
+"""Bad nodes left behind: the Slurm script's lines that exclude a failed node from
+the job's next attempt (``-cfg exclude_failed_nodes``, on with ``requeue=true``).
+
+The rule (docs/fault-tolerance.md, facts in docs/schedulers/slurm.md): an attempt
+failed because of a node when its step ended with a non-zero code and, right
+after, ``scontrol show node`` has that node of the allocation DOWN,
+NOT_RESPONDING, DRAIN(ING/ED) or FAIL(ING). A replica killed by a signal on a
+node that Slurm still has up (the OOM killer, a ``kill -9``) is an ordinary
+failure: the node is not excluded.
+
+What happens then, as seen on Slurm 22.05:
+
+- Slurm itself requeues a ``--requeue`` job when one of its nodes fails: it
+  SIGTERMs the batch script (SIGKILL KillWait seconds later) and the job is
+  pending again. The script traps TERM, so that these lines still run.
+- A running job's ``ExcNodeList`` cannot change ("Job is no longer pending
+  execution"); a requeued one's can, while its old script finishes. So the lines
+  requeue the job themselves if it is still running (a drained node), then set
+  ``ExcNodeList`` to the job's own exclusions plus every node in
+  ``$DISTSPEC_JOB_DIR/bad_nodes``, which accumulates across requeues, and write
+  ``node-failure`` to ``$DISTSPEC_JOB_DIR/restart_reason`` (again at the next
+  attempt's start, after the requeue trap's lines, from ``node_failure``).
+
+A job that was cancelled (its ``Restarts`` did not grow, its state is not
+RUNNING) is left alone. When the dead node is the batch host, the script dies
+with it and nothing after the step runs: Slurm still requeues the job, and the
+next attempt's first lines find the bad node among the last attempt's (the
+``nodes`` file each attempt writes) when the requeue trap knew no reason for the
+restart. An attempt given a node in ``bad_nodes`` (one that came back) requeues
+the job without it before its step starts.
+
+Each function returns lines of bash; nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+from distspec.schedulers.slurm.options import SlurmOptions
+
+__all__ = ["after_attempt", "after_step", "enabled", "prologue_lines"]
+
+#: Node states (``scontrol show node``'s ``State=A+B``) that make a node bad.
+BAD_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING")
+
+_FUNCTIONS = """\
+# exclude_failed_nodes: a node that fails the job is left behind by its next attempts.
+# Slurm SIGTERMs this script when it requeues the job (a failed node, scontrol requeue):
+# note it, so that the lines after the step still run (Slurm SIGKILLs KillWait s later).
+distspec_term=0
+trap 'distspec_term=1' TERM
+# The nodes of hostlist $1 that slurmctld has {states}.
+distspec_failed_nodes() {{
+  scontrol show node -o "$1" 2> /dev/null | awk '{{
+    name = ""; bad = 0
+    for (i = 1; i <= NF; i++) {{
+      if ($i ~ /^NodeName=/) name = substr($i, 10)
+      if ($i ~ /^State=/) {{
+        n = split(substr($i, 7), s, "+")
+        for (j = 1; j <= n; j++) if (s[j] ~ /^({regex})\\*?$/) bad = 1
+      }}
+    }}
+    if (bad && name != "") print name
+  }}'
+}}
+# After a failed step: if a node of the allocation is bad, add it to bad_nodes and requeue
+# the job without it. Returns 1 when none is bad (or the job was cancelled).
+distspec_leave_bad_nodes() {{
+  local bad
+  bad=$(distspec_failed_nodes "$SLURM_JOB_NODELIST")
+  [[ -n $bad ]] || return 1
+  printf '%s\\n' $bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
+  echo "distspec: node(s) $(echo $bad) failed" >&2
+  distspec_requeue_without_bad_nodes
+}}
+# Make the next attempt exclude every node in bad_nodes (ExcNodeList, which only a job
+# that is not running takes: requeue the job first if Slurm has not).
+distspec_requeue_without_bad_nodes() {{
+  local job state restarts excl
+  job=$(scontrol show job -o "$SLURM_JOB_ID" 2> /dev/null)
+  state=$(sed -n 's/.* JobState=\\([^ ]*\\).*/\\1/p' <<< "$job")
+  restarts=$(sed -n 's/.* Restarts=\\([0-9]*\\).*/\\1/p' <<< "$job")
+  if (( ${{restarts:-0}} <= ${{SLURM_RESTART_COUNT:-0}} )); then
+    # Not requeued by Slurm: requeue it here if it still runs; a cancelled job stays so.
+    [[ $state == RUNNING ]] || return 1
+    scontrol requeue "$SLURM_JOB_ID" || return 1
+  fi
+  echo node-failure > "$DISTSPEC_JOB_DIR/restart_reason"
+  touch "$DISTSPEC_JOB_DIR/node_failure"
+  excl=$(sed -n 's/.* ExcNodeList=\\([^ ]*\\).*/\\1/p' <<< "$job")
+  [[ $excl == "(null)" ]] && excl=
+  excl=$({{ [[ -z $excl ]] || scontrol show hostnames "$excl"; cat "$DISTSPEC_JOB_DIR/bad_nodes"; }} | sort -u | paste -sd, -)
+  echo "distspec: job $SLURM_JOB_ID requeued without $excl" >&2
+  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$excl"
+}}
+# Why this attempt runs: the last one left a node behind (node_failure). Or, requeued for
+# no known reason, it died with its batch host, which took that script with it: a node it
+# had (nodes) is bad now.
+if [[ -e "$DISTSPEC_JOB_DIR/node_failure" ]]; then
+  echo node-failure > "$DISTSPEC_JOB_DIR/restart_reason"
+  rm -f "$DISTSPEC_JOB_DIR/node_failure"
+elif [[ $(cat "$DISTSPEC_JOB_DIR/restart_reason" 2> /dev/null) == unknown && -s "$DISTSPEC_JOB_DIR/nodes" ]]; then
+  distspec_bad=$(distspec_failed_nodes "$(paste -sd, - < "$DISTSPEC_JOB_DIR/nodes")")
+  if [[ -n $distspec_bad ]]; then
+    printf '%s\\n' $distspec_bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
+    echo node-failure > "$DISTSPEC_JOB_DIR/restart_reason"
+    echo "distspec: node(s) $(echo $distspec_bad) of the last attempt failed" >&2
+  fi
+fi
+scontrol show hostnames "$SLURM_JOB_NODELIST" > "$DISTSPEC_JOB_DIR/nodes"
+# Given a node left behind earlier (it came back): requeue at once without it.
+if [[ -s "$DISTSPEC_JOB_DIR/bad_nodes" ]] && grep -qxFf "$DISTSPEC_JOB_DIR/bad_nodes" "$DISTSPEC_JOB_DIR/nodes"; then
+  echo "distspec: this attempt has node(s) left behind earlier" >&2
+  distspec_requeue_without_bad_nodes && exit 0
+fi
+"""
+
+
+def enabled(opts: SlurmOptions) -> bool:
+    """Whether the script leaves failed nodes behind: ``exclude_failed_nodes`` with
+    ``requeue`` (without requeue there is no next attempt to exclude them from)."""
+    return opts.requeue and opts.exclude_failed_nodes
+
+
+def prologue_lines(opts: SlurmOptions) -> list[str]:
+    """The TERM trap and the functions, before the first step; nothing when off."""
+    if not enabled(opts):
+        return []
+    text = _FUNCTIONS.format(states=", ".join(BAD_STATES), regex="|".join(BAD_STATES))
+    return text.splitlines()
+
+
+def after_step(opts: SlurmOptions, code: str = "distspec_code") -> list[str]:
+    """After a single-role job's step, which set ``$code``: leave the bad nodes behind
+    when it failed. The script then exits with the step's code, as before."""
+    if not enabled(opts):
+        return []
+    return [f"(( {code} == 0 )) || distspec_leave_bad_nodes"]
+
+
+def after_attempt(opts: SlurmOptions) -> list[str]:
+    """``check`` lines of the attempt loop (indented by two): after a failed attempt, no
+    retry inside the allocation when a node was left behind (the job is requeued) or
+    when the script was told to stop (SIGTERM: cancelled or requeued)."""
+    if not enabled(opts):
+        return []
+    return [
+        "  if (( distspec_code != 0 )) && { distspec_leave_bad_nodes || (( distspec_term )); }; then",
+        '    exit "$distspec_code"',
+        "  fi",
+    ]
