@@ -261,18 +261,21 @@ def test_a_hook_added_after_the_flag_runs_on_the_next_check(job: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("restart", "attempt"),
+    "restart",
     [
         # local_cwd's supervisor reruns the replica (torchrun and its workers).
-        (["--max_retries", "1"], 1),
+        ["--max_retries", "2"],
         # torchrun restarts its workers itself.
-        (["--max_restarts", "1"], 1),
+        ["--max_restarts", "2"],
     ],
     ids=["local-retry", "torchrun-restart"],
 )
 def test_train_ddp_fails_once_and_resumes_from_its_checkpoint(
-    tmp_path: Path, restart: list[str], attempt: int
+    tmp_path: Path, restart: list[str]
 ) -> None:
+    # Two restarts allowed, one needed: on a loaded machine a restarted gloo worker now and
+    # then fails to connect at init (docs/reliability.md), before any step; a further
+    # attempt must then resume from the same checkpoint.
     from tests.runtime.launched import REPO, clean_env
 
     state = tmp_path / "state"
@@ -287,8 +290,12 @@ def test_train_ddp_fails_once_and_resumes_from_its_checkpoint(
     logs = "".join(p.read_text(errors="replace") for p in sorted(state.rglob("*.log")))
     assert proc.returncode == 0, out[-3000:] + logs[-3000:]
     assert "--fail-at 25: failing on purpose" in logs, logs[-3000:]
-    assert f"resuming from step 20 (attempt {attempt}, reason failed-rank)" in logs, logs[-3000:]
+    resumed = re.findall(r"resuming from step ([0-9]+) \(attempt ([0-9]+), reason (\S+)\)", logs)
+    assert resumed, logs[-3000:]
+    assert all(r[0] == "20" and r[2] == "failed-rank" for r in resumed), resumed
+    assert int(resumed[0][1]) >= 1, resumed
     # Steps 1..25 ran, then 21..40 after the restart: never step 1 again.
     printed = [int(n) for n in re.findall(r"step +([0-9]+)  loss", logs)]
-    assert printed == [1, 5, 10, 15, 20, 25, 25, 30, 35, 40], printed
+    assert printed.count(1) == 1, printed
+    assert printed[:6] == [1, 5, 10, 15, 20, 25] and printed[-4:] == [25, 30, 35, 40], printed
     assert "done: loss" in logs

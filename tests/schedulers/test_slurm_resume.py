@@ -2,7 +2,8 @@
 
 The script's trap and requeue rules run under a fake srun and scontrol (fast); then the
 real thing on the local two-node cluster: a train_ddp job sent the requeue signal twice
-saves each time, is requeued twice and finishes every step, never starting from step 0.
+saves each time, is requeued twice and finishes every step, never starting from step 0
+(about 2 minutes on an idle cluster; its waits allow for other jobs holding the nodes).
 """
 
 from __future__ import annotations
@@ -201,15 +202,14 @@ def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
 def test_a_requeued_job_saves_on_the_signal_and_resumes_twice(
     cluster: None, state_dir: Path
 ) -> None:
-    started = time.monotonic()
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     marker = f"resume-{uuid.uuid4().hex[:8]}"
-    steps = 300
+    steps = 200
     proc = subprocess.run(
         [str(BIN / "distspec"), "run", "-s", "slurm", "-cfg", "requeue=true,time=10",
          "dist.ddp", "-j", "2x2", "--name", marker, "--script", "examples/train_ddp.py", "--",
          "--steps", str(steps), "--log-every", "10", "--save-every", "50",
-         "--step-delay", "0.05", "--checkpoint", "none"],
+         "--step-delay", "0.04", "--checkpoint", "none"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -258,11 +258,12 @@ def test_a_requeued_job_saves_on_the_signal_and_resumes_twice(
 
     try:
         for run in range(2):
-            _until(trained_past(20, run), f"run {run} to train", timeout=90)
+            # Generous: the cluster is shared, and the job may wait for other jobs' nodes.
+            _until(trained_past(20, run), f"run {run} to train", timeout=300)
             # What Slurm does requeue_before seconds ahead of the time limit.
             subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
-            _until(requeued(run + 1), f"requeue {run + 1}: {sched.describe(job)}", timeout=60)
-        status = sched.wait(job, timeout=120)
+            _until(requeued(run + 1), f"requeue {run + 1}: {sched.describe(job)}", timeout=90)
+        status = sched.wait(job, timeout=300)
         assert status is not None and status.state is AppState.SUCCEEDED, status
     finally:
         sched.cancel(job)
@@ -279,4 +280,3 @@ def test_a_requeued_job_saves_on_the_signal_and_resumes_twice(
     printed = [int(n) for n in re.findall(r"step +([0-9]+)  loss", log)]
     assert printed.count(1) == 1 and printed[-1] == steps, printed
     assert "done: loss" in log
-    assert time.monotonic() - started < 180
