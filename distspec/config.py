@@ -87,6 +87,11 @@ ENV_VARIABLES = (
     "DISTSPEC_TASK",
     "DISTSPEC_DEGREES",
     "DISTSPEC_LAUNCHER",
+    # Faults (specs/faults.py, runtime/resume.py, runtime/watchdog.py): the checkpoint
+    # folder, local_cwd's restart count, the watchdog's period (heartbeats on).
+    "DISTSPEC_CHECKPOINT_DIR",
+    "DISTSPEC_ATTEMPT",
+    "DISTSPEC_WATCHDOG",
     # distspec's worker Python for torchrun (submit_env), where metrics go, and where
     # else (TensorBoard, W&B, MLflow: runtime/sinks.py).
     "DISTSPEC_WORKER_EXEC",

@@ -13,6 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from distspec.hangs import Hang
     from distspec.specs.state import AppStatus
 
 #: ``--exit-status``: the exit code for each state (2 stays "no such app / usage").
@@ -29,8 +30,9 @@ STATE_EXIT_CODES = {
 
 EPILOG = """\
 exit codes: 0 described; 2 malformed handle or unknown app. With --exit-status:
-0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 not ended yet (SUBMITTED, PENDING, RUNNING),
-5 UNKNOWN, 2 unknown app, e.g.
+0 SUCCEEDED, 1 FAILED, 124 FAILED because the hang watchdog ended it (-cfg watchdog),
+3 CANCELLED, 4 not ended yet (SUBMITTED, PENDING, RUNNING), 5 UNKNOWN, 2 unknown
+app, e.g.
 
   distspec status --exit-status "$H" >/dev/null || echo "job $H did not succeed"
 """
@@ -73,19 +75,27 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--sort orders a sweep's points; {args.handle} is not a sweep")
     status = runner.status(args.handle)
     record = runner.provenance(args.handle) if args.verb == "describe" else None
+    hang = hang_of(status)
     if args.json:
-        extra = {}
+        extra: dict[str, object] = {"hung": hang.headline() if hang is not None else None}
         if args.verb == "describe":
             extra["runtime"] = runtime_info(status.location)
             extra["provenance"] = record
         print_json({"handle": args.handle, **status.to_dict(), **extra})
     elif args.verb == "status":
-        print(status.state.value + (f": {status.msg}" if status.msg else ""))
+        msg = f"hung: {hang.headline()}" if hang is not None else status.msg
+        print(status.state.value + (f": {msg}" if msg else ""))
     else:
         print(describe_text(args.handle, status))
         if record is not None:
             print(provenance_text(record))
-    return STATE_EXIT_CODES.get(status.state.value, 5) if args.exit_status else 0
+    if not args.exit_status:
+        return 0
+    if hang is not None:
+        from distspec.hangs import HUNG_EXIT
+
+        return HUNG_EXIT
+    return STATE_EXIT_CODES.get(status.state.value, 5)
 
 
 def _describe_sweep(runner: Any, sweep: Any, args: argparse.Namespace) -> int:
@@ -224,17 +234,26 @@ def describe_text(handle: str, status: AppStatus) -> str:
     return "\n".join(lines)
 
 
-def _hang_lines(status: AppStatus) -> list[str]:
-    """For a job the hang watchdog ended (a replica exited with 124 and the job folder
-    has the watchdog's records): what it saw and where each rank was."""
-    from distspec.hangs import HANG_DIR, HUNG_EXIT, read_hang, summary_lines
+def hang_of(status: AppStatus) -> Hang | None:
+    """The hang watchdog's record for a job it ended (a replica exited with 124 and the
+    job folder has ``hang/hung``), else None."""
+    from distspec.hangs import HUNG_EXIT, read_hang
 
+    if not status.location or status.state.value != "FAILED":
+        return None
     if not any(r.exit_code == HUNG_EXIT for role in status.roles for r in role.replicas):
-        return []
+        return None
     try:
-        hang = read_hang(status.location)
-    except Exception:  # describe stands without it
-        return []
+        return read_hang(status.location)
+    except Exception:  # status and describe stand without it
+        return None
+
+
+def _hang_lines(status: AppStatus) -> list[str]:
+    """For a job the hang watchdog ended: what it saw and where each rank was."""
+    from distspec.hangs import HANG_DIR, summary_lines
+
+    hang = hang_of(status)
     if hang is None:
         return []
     lines = [f"hung:       {hang.headline()}"]

@@ -11,12 +11,14 @@
 
 Each call marks that this rank made progress: the modification time of
 ``$DISTSPEC_JOB_DIR/hang/beats/rank-<RANK>`` is set to now, at most once a second
-(a call costs a clock read otherwise). The watchdog (:mod:`distspec.runtime.watchdog`,
+(a call costs a clock read otherwise), when the job runs under the watchdog
+(``$DISTSPEC_WATCHDOG``, set by it). The watchdog (:mod:`distspec.runtime.watchdog`,
 ``-cfg watchdog=15m``) reads those times; a job whose ranks never beat is watched
-through its output instead. Outside a job folder nothing is written.
+through its output instead. Outside a job folder, or without the watchdog, nothing
+is written.
 
-The first call also registers :mod:`faulthandler` on ``SIGUSR2`` (unless the script
-set its own handler), so that the watchdog can ask this process for its Python stack
+Under the watchdog the first call also registers :mod:`faulthandler` on ``SIGUSR2``
+(unless the script set its own handler), so that the watchdog can ask this process for its Python stack
 when `py-spy` cannot read it. Callbacks in :data:`HOOKS` run on each call (in the
 calling thread): the pre-emption check of :mod:`distspec.runtime.resume` is one.
 """
@@ -28,10 +30,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["BEATS_DIR", "HOOKS", "STACK_SIGNAL", "beat", "heartbeat"]
+__all__ = ["BEATS_DIR", "HOOKS", "STACK_SIGNAL", "WATCHDOG_ENV", "beat", "heartbeat"]
 
 #: The folder, in the job folder, of the ranks' heartbeat files.
 BEATS_DIR = "hang/beats"
+
+#: Set by the watchdog for the command it runs (its period in seconds): only then are
+#: heartbeats written and the stack-dump signal handled.
+WATCHDOG_ENV = "DISTSPEC_WATCHDOG"
 
 #: The signal the watchdog sends for a faulthandler stack dump (see :func:`heartbeat`).
 STACK_SIGNAL = "SIGUSR2"
@@ -47,8 +53,8 @@ _state: dict[str, object] = {"last": 0.0, "path": None, "set_up": False}
 
 def _path() -> Path | None:
     job_dir = os.environ.get("DISTSPEC_JOB_DIR", "")
-    rank = os.environ.get("RANK") or os.environ.get("DISTSPEC_RANK") or "0"
-    if not job_dir or "://" in job_dir or not rank.isdigit():
+    rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
+    if not os.environ.get(WATCHDOG_ENV) or not job_dir or "://" in job_dir or not rank.isdigit():
         return None
     return Path(job_dir) / BEATS_DIR / f"rank-{int(rank)}"
 
@@ -56,7 +62,8 @@ def _path() -> Path | None:
 def _set_up() -> None:
     _state["set_up"] = True
     _state["path"] = _path()
-    _register_stack_dump()
+    if os.environ.get(WATCHDOG_ENV):
+        _register_stack_dump()
 
 
 def _register_stack_dump() -> None:

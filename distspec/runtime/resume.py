@@ -128,7 +128,7 @@ def _rank() -> int:
 
         if tdist.is_available() and tdist.is_initialized():
             return int(tdist.get_rank())
-    for key in ("RANK", "DISTSPEC_RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+    for key in ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"):
         value = os.environ.get(key, "")
         if value.isdigit():
             return int(value)

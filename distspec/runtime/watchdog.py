@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from distspec.hangs import HANG_DIR, HUNG_EXIT
-from distspec.runtime.progress import BEATS_DIR, STACK_SIGNAL
+from distspec.runtime.progress import BEATS_DIR, STACK_SIGNAL, WATCHDOG_ENV
 from distspec.torchrun_output import WORKER_EXEC_ENV
 
 __all__ = ["Watchdog", "main"]
@@ -94,8 +94,10 @@ class Watchdog:
         replicas: int,
         folder: Path,
         tick: float = 1.0,
+        upload: str = "",
     ) -> None:
         self.command = command
+        self.upload = upload
         self.every = every
         self.key = key
         self.replicas = max(1, replicas)
@@ -111,6 +113,7 @@ class Watchdog:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env[WATCHDOG_ENV] = str(int(self.every))  # the ranks' heartbeats on
         # torchrun starts its workers with distspec's worker Python (their stderr joined
         # to their stdout), as the batch scripts' worker_exec_line does for a torchrun
         # command that is not wrapped.
@@ -274,9 +277,41 @@ class Watchdog:
             _write(stacks / f"{self.key}.json", json.dumps(processes, indent=1))
         for line in summary_lines(Hang(record, processes)):
             print(f"distspec watchdog: {line}", file=sys.stderr, flush=True)
+        if self.upload:
+            self._upload()
         self._gather(record)
         print("distspec watchdog: stopping the job (HUNG)", file=sys.stderr, flush=True)
         stop(self.child)
+
+    def _upload(self) -> None:
+        """A job folder that is an fsspec URL (Kubernetes' ``job_dir``): copy this
+        replica's ``hang/hung`` and stacks there, beside the other pods' (each pod is
+        watched on its own: the URL is not a folder the replicas share as files)."""
+        try:
+            import fsspec
+
+            fs, root = fsspec.core.url_to_fs(self.upload.rstrip("/") + "/" + HANG_DIR)
+            for name in ("hung", f"stacks/{self.key}.txt", f"stacks/{self.key}.json"):
+                local = self.hang / name
+                if local.exists():
+                    target = (
+                        f"{root}/{name}"
+                        if name.startswith("stacks/")
+                        else f"{root}/hung-{self.key}"
+                    )
+                    fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                    fs.put_file(str(local), target)
+        except Exception as err:  # the pod's log has the summary still
+            print(
+                f"distspec watchdog: cannot copy the stacks to {self.upload}: {err}",
+                file=sys.stderr,
+            )
+            return
+        print(
+            f"distspec watchdog: stacks copied to {self.upload.rstrip('/')}/{HANG_DIR}/stacks/",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _gather(self, record: dict[str, Any]) -> None:
         """Wait until every replica has written its stacks (or GATHER_SECONDS)."""
@@ -508,14 +543,17 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m distspec.runtime.watchdog``: the command's exit code, or 124."""
     args = _args(argv)
     folder_text = os.environ.get("DISTSPEC_JOB_DIR", "")
-    if not folder_text or "://" in folder_text:
+    upload = folder_text if "://" in folder_text else ""
+    if not folder_text or upload:
+        # Watched on its own, in a folder of this pod's; the stacks go to the URL too.
         folder_text = tempfile.mkdtemp(prefix="distspec-watchdog-")
     watchdog = Watchdog(
         args.command,
         args.every,
         key=f"{args.role}-{args.replica}",
-        replicas=args.replicas,
+        replicas=1 if upload else args.replicas,
         folder=Path(folder_text),
+        upload=upload,
     )
     return watchdog.run()
 

@@ -157,12 +157,38 @@ def test_heartbeats_win_over_output(tmp_path: Path) -> None:
     assert dog.progress()[0] == "output"
 
 
+def test_a_url_job_folder_gets_each_pod_s_stacks(tmp_path: Path) -> None:
+    """Kubernetes' job_dir is an fsspec URL: each pod's watchdog copies its record and
+    stacks there under its own name."""
+    import fsspec
+
+    url = f"memory://wd-{os.getpid()}/job"
+    dog = Watchdog(["true"], 10, key="trainer-1", replicas=1, folder=tmp_path, upload=url)
+    (tmp_path / "hang" / "stacks").mkdir(parents=True)
+    (tmp_path / "hang" / "hung").write_text('{"period": 10}')
+    (tmp_path / "hang" / "stacks" / "trainer-1.txt").write_text("--- rank 1, pid 7\n")
+    (tmp_path / "hang" / "stacks" / "trainer-1.json").write_text("[]")
+    dog._upload()
+    fs = fsspec.filesystem("memory")
+    root = f"/wd-{os.getpid()}/job/hang"
+    assert fs.cat(f"{root}/stacks/trainer-1.txt") == b"--- rank 1, pid 7\n"
+    assert fs.cat(f"{root}/hung-trainer-1") == b'{"period": 10}'
+    assert fs.exists(f"{root}/stacks/trainer-1.json")
+
+
 def test_heartbeat_marks_this_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISTSPEC_JOB_DIR", str(tmp_path))
     monkeypatch.setenv("RANK", "3")
-    monkeypatch.setattr(progress, "_state", {"last": 0.0, "path": None, "set_up": False})
     calls: list[int] = []
     monkeypatch.setattr(progress, "HOOKS", [lambda: calls.append(1)])
+    # Without the watchdog nothing is written (the hooks still run).
+    monkeypatch.delenv(progress.WATCHDOG_ENV, raising=False)
+    monkeypatch.setattr(progress, "_state", {"last": 0.0, "path": None, "set_up": False})
+    progress.beat(now=1000.0)
+    assert not (tmp_path / "hang").exists() and calls == [1]
+    calls.clear()
+    monkeypatch.setenv(progress.WATCHDOG_ENV, "10")
+    monkeypatch.setattr(progress, "_state", {"last": 0.0, "path": None, "set_up": False})
     progress.beat(now=1000.0)
     mark = tmp_path / progress.BEATS_DIR / "rank-3"
     assert mark.exists()
@@ -247,6 +273,16 @@ def test_a_hung_collective_is_reported_with_every_rank_s_stack(
     assert not _processes_of(folder.name), "a process of the hung job is still running"
     status = json.loads((folder / "state.json").read_text())
     assert status["state"] == "FAILED", status
+    # distspec status says why, and --exit-status gives the watchdog's code.
+    handle = re.search(r"local_cwd://\S+", proc.stdout + proc.stderr)
+    assert handle, proc.stdout + proc.stderr
+    said = subprocess.run(
+        [str(BIN / "distspec"), "status", "--exit-status", handle.group(0)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
+    )  # fmt: skip
+    assert said.returncode == HUNG_EXIT, said.stdout + said.stderr
+    assert said.stdout.startswith("FAILED: hung: no rank made progress for 10s"), said.stdout
 
 
 def test_heartbeats_make_output_no_longer_count(tmp_path: Path, state_dir: Path) -> None:

@@ -244,8 +244,12 @@ def test_a_requeued_job_saves_on_the_signal_and_resumes_twice(
             status = sched.describe(job)
             assert status is not None
             if status.num_restarts >= count and status.state is AppState.PENDING:
-                # A requeued job waits for a begin time Slurm sets ahead (BatchStartTimeout
-                # and more); start it now, as the test's only shortcut.
+                # A requeued job waits for a begin time Slurm sets cred_expire + 1 s ahead
+                # (31 s here); start it sooner, as the test's only shortcut. Not in the
+                # second the last run ended: slurmd revoked that run's credential, and a
+                # new one of the same second counts as revoked too (the job FAILED with
+                # "Job credential revoked" without running).
+                time.sleep(3)
                 subprocess.run(
                     ["scontrol", "update", f"JobId={job}", "StartTime=now"],
                     capture_output=True,
