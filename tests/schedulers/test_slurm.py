@@ -82,6 +82,13 @@ GOLDEN_CASES: dict[str, Callable[[], str]] = {
     ),
     "all_options": lambda: _compile(_app(_role(2, 8, gpu=8)), **ALL_OPTIONS),
     "retries": lambda: _compile(_app(dataclasses.replace(_role(2, 2), max_retries=2))),
+    "spares": lambda: _compile(_app(_role(2, 2)), spares="1"),
+    "spares_requeue_retries": lambda: _compile(
+        _app(dataclasses.replace(_role(4, 8, gpu=8), max_retries=1)),
+        spares="2",
+        requeue="true",
+        rank0_host="{host}-ib",
+    ),
 }
 
 

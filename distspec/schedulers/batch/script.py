@@ -253,7 +253,13 @@ distspec_stop() {
 :func:`attempt_loop` needs; a script defines them before the loop."""
 
 
-def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = ()) -> list[str]:
+def attempt_loop(
+    launch: Sequence[str],
+    retries: int,
+    *,
+    check: Sequence[str] = (),
+    spent: str = "distspec_attempt",
+) -> list[str]:
     """The script's end: a loop of attempts, then ``exit`` with the last one's code.
 
     Each attempt clears the previous attempt's ``.exit`` and ``.host`` files, writes
@@ -273,6 +279,8 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
         retries: how often a failed attempt is rerun.
         check: lines after the wait, which may change ``distspec_code``, the
             attempt's exit code.
+        spent: the arithmetic expression of the retries spent so far (Slurm's runs
+            on spare nodes are attempts that are not retries).
 
     All lines are indented by two.
     """
@@ -288,7 +296,7 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
         '  distspec_wait "${distspec_pids[@]}"',
         "  distspec_code=$?",
         *check,
-        f"  (( distspec_code == 0 || distspec_attempt >= {retries} )) && break",
+        f"  (( distspec_code == 0 || {spent} >= {retries} )) && break",
         "  distspec_attempt=$((distspec_attempt + 1))",
         "  # Why the next attempt runs (distspec.runtime's restart_reason): the hang watchdog's",
         "  # mark, if it ended this attempt, else a failed rank.",
@@ -297,7 +305,9 @@ def attempt_loop(launch: Sequence[str], retries: int, *, check: Sequence[str] = 
         "  else",
         '    echo failed-rank > "$DISTSPEC_JOB_DIR/restart_reason"',
         "  fi",
-        f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
+        f'  echo "distspec: attempt failed (exit code $distspec_code); retry $(({spent})) of {retries}" >&2'
+        if spent != "distspec_attempt"
+        else f'  echo "distspec: attempt failed (exit code $distspec_code); retry $distspec_attempt of {retries}" >&2',
         "done",
         'exit "$distspec_code"',
     ]

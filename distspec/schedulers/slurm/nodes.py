@@ -36,17 +36,27 @@ from __future__ import annotations
 
 from distspec.schedulers.slurm.options import SlurmOptions
 
-__all__ = ["after_attempt", "after_step", "enabled", "prologue_lines"]
+__all__ = [
+    "after_attempt",
+    "after_step",
+    "enabled",
+    "prologue_lines",
+    "spare_check",
+    "spare_pick",
+]
 
 #: Node states (``scontrol show node``'s ``State=A+B``) that make a node bad.
 BAD_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING")
 
-_FUNCTIONS = """\
+_TRAP = """\
 # exclude_failed_nodes: a node that fails the job is left behind by its next attempts.
 # Slurm SIGTERMs this script when it requeues the job (a failed node, scontrol requeue):
 # note it, so that the lines after the step still run (Slurm SIGKILLs KillWait s later).
 distspec_term=0
 trap 'distspec_term=1' TERM
+"""
+
+_FAILED = """\
 # The nodes of hostlist $1 that slurmctld has {states}.
 distspec_failed_nodes() {{
   scontrol show node -o "$1" 2> /dev/null | awk '{{
@@ -61,6 +71,9 @@ distspec_failed_nodes() {{
     if (bad && name != "") print name
   }}'
 }}
+"""
+
+_REQUEUE = """\
 # After a failed step: if a node of the allocation is bad, add it to bad_nodes and requeue
 # the job without it. Returns 1 when none is bad (or the job was cancelled).
 distspec_leave_bad_nodes() {{
@@ -120,12 +133,81 @@ def enabled(opts: SlurmOptions) -> bool:
     return opts.requeue and opts.exclude_failed_nodes
 
 
-def prologue_lines(opts: SlurmOptions) -> list[str]:
-    """The TERM trap and the functions, before the first step; nothing when off."""
-    if not enabled(opts):
-        return []
-    text = _FUNCTIONS.format(states=", ".join(BAD_STATES), regex="|".join(BAD_STATES))
+_SPARES = """\
+# spares={spares}: the allocation has {spares} node(s) more than the step's {n}, and --no-kill keeps it
+# when one dies. Each attempt's step runs on the first {n} nodes of the allocation that are
+# neither in bad_nodes nor bad now (distspec_step_nodes); the rendezvous host is the first.
+distspec_spared=0
+distspec_pick_nodes() {{
+  local bad
+  bad=$(cat "$DISTSPEC_JOB_DIR/bad_nodes" 2> /dev/null; distspec_failed_nodes "$SLURM_JOB_NODELIST")
+  distspec_step_nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | awk -v bad=" $(echo $bad) " \\
+    'index(bad, " " $0 " ") == 0 && k < {n} {{ print; k++ }}' | paste -sd, -)
+  [[ $(tr , '\\n' <<< "$distspec_step_nodes" | grep -c .) == {n} ]]
+}}
+# After a failed step: if a node of the step is bad now, add it to bad_nodes and, when {n}
+# healthy nodes remain, run the step again on them at once (restart_reason node-failure).
+# Returns 1 when no node of the step is bad, or too few remain.
+distspec_spare_step() {{
+  local bad
+  bad=$(distspec_failed_nodes "$distspec_step_nodes")
+  [[ -n $bad ]] || return 1
+  printf '%s\\n' $bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
+  echo "distspec: node(s) $(echo $bad) of the step failed" >&2
+  if ! distspec_pick_nodes; then
+    echo "distspec: fewer than {n} healthy nodes left in the allocation: no spare to run on" >&2
+    return 1
+  fi
+  echo node-failure > "$DISTSPEC_JOB_DIR/restart_reason"
+  echo "distspec: running the step again on $distspec_step_nodes, in the same allocation" >&2
+}}
+"""
+
+
+def prologue_lines(opts: SlurmOptions, *, nodes: int = 0) -> list[str]:
+    """The TERM trap and the functions, before the first step; nothing when off.
+    With ``spares``, the functions that choose the step's ``nodes`` nodes and run it
+    again on spare nodes (:func:`spare_pick`, :func:`spare_check`)."""
+    states = {"states": ", ".join(BAD_STATES), "regex": "|".join(BAD_STATES)}
+    text = ""
+    if enabled(opts):
+        text = _TRAP + _FAILED.format(**states) + _REQUEUE.format()
+    elif opts.spares:
+        text = _FAILED.format(**states)
+    if opts.spares:
+        text += _SPARES.format(spares=opts.spares, n=nodes)
     return text.splitlines()
+
+
+def spare_pick(opts: SlurmOptions, *, nodes: int, host: str) -> list[str]:
+    """An attempt's first lines with ``spares`` (indented by two): choose the step's
+    nodes and export the rendezvous host, ``host`` with ``"$distspec_host"`` standing for
+    the first of them (see :func:`distspec.schedulers.batch.script.rank0_host_word`)."""
+    if not opts.spares:
+        return []
+    return [
+        "  distspec_pick_nodes || {",
+        f'    echo "distspec: fewer than {nodes} healthy nodes in the allocation" >&2',
+        '    exit "${distspec_code:-1}"',
+        "  }",
+        "  distspec_host=${distspec_step_nodes%%,*}",
+        f"  export DISTSPEC_RANK0_HOST={host}",
+        '  echo "distspec: attempt $distspec_attempt runs on $distspec_step_nodes" >&2',
+    ]
+
+
+def spare_check(opts: SlurmOptions) -> list[str]:
+    """``check`` lines of the attempt loop with ``spares``, before :func:`after_attempt`'s:
+    after a failed step with a bad node, the next attempt at once on spare nodes (it
+    does not count as a retry: ``distspec_spared``)."""
+    if not opts.spares:
+        return []
+    return [
+        "  if (( distspec_code != 0 && ! ${distspec_term:-0} )) && distspec_spare_step; then",
+        "    distspec_attempt=$((distspec_attempt + 1)) distspec_spared=$((distspec_spared + 1))",
+        "    continue",
+        "  fi",
+    ]
 
 
 def after_step(opts: SlurmOptions, code: str = "distspec_code") -> list[str]:

@@ -20,6 +20,7 @@ from distspec.schedulers.batch.envcopy import EnvCopyOptions
 from distspec.specs.options import option
 
 __all__ = [
+    "MAX_SPARES",
     "NAME",
     "GpuFlag",
     "SlurmOptions",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 NAME = "slurm"
+
+#: The most spare nodes one job may ask for (``-cfg spares``).
+MAX_SPARES = 256
 
 
 class GpuFlag(str, enum.Enum):
@@ -76,6 +80,13 @@ class SlurmOptions(EnvCopyOptions):
         "With requeue: when a step fails and a node of the job is then down, not responding, "
         "draining or failing, requeue the job without it (ExcNodeList, accumulated across "
         "requeues in the job folder's bad_nodes). See docs/fault-tolerance.md.",
+    )
+    spares: int = option(
+        0,
+        "Spare nodes: allocate this many nodes more than the role needs (with --no-kill); "
+        "its step runs on the first healthy ones, and when a node of the step fails, the "
+        "step runs again at once on the others, in the same allocation (restart_reason "
+        "node-failure). One role, fixed node count. See docs/fault-tolerance.md.",
     )
     kill_on_bad_exit: bool = option(
         True, "Stop every replica of a role when one of them fails (srun --kill-on-bad-exit)."
@@ -215,9 +226,18 @@ def check_options(opts: SlurmOptions) -> None:
         raise _bad(f"requeue_signal={opts.requeue_signal!r}: not a signal name or number")
     if opts.requeue_before < 0 or opts.requeue_before > 65535:
         raise _bad(f"requeue_before={opts.requeue_before}: expected 0..65535 seconds")
+    if not 0 <= opts.spares <= MAX_SPARES:
+        raise _bad(f"spares={opts.spares}: expected 0..{MAX_SPARES} spare nodes")
     batch.check_rank0_host(opts.rank0_host, NAME)
     _check_flags(opts.sbatch_args, _SBATCH_OWN, "sbatch_args")
     _check_flags(opts.srun_args, _SRUN_OWN, "srun_args")
+    if opts.spares and any(
+        re.match(r"--(nodelist|exclude|nodefile|relative)(=|$)", f) for f in opts.srun_args
+    ):
+        raise _bad(
+            "srun_args: with spares, the script chooses each step's nodes itself "
+            "(--nodelist); leave --nodelist, --exclude, --nodefile and --relative out"
+        )
     if opts.container is not Container.NONE and any(
         f.startswith("--container") for f in opts.srun_args
     ):

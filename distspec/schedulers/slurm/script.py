@@ -193,6 +193,9 @@ def _job_flags(
     flags += [f"--{name}={value}" for name, value in simple if value is not None]
     if opts.exclusive:
         flags.append("--exclusive")
+    if opts.spares:
+        # A dead node leaves the job running on the others (its step still fails).
+        flags.append("--no-kill")
     if opts.requeue:
         signal = requeue_signal(opts)
         flags += ["--requeue", f"--signal=B:{signal}@{opts.requeue_before}"]
@@ -277,8 +280,11 @@ def _macro_values(
         # An array task is known by its task id (1234_7): that is its handle's app id.
         Macro.APP_ID: ShellExpr(_TASK_ID if points is not None else "$SLURM_JOB_ID"),
         Macro.REPLICA_ID: ShellExpr("$SLURM_NODEID"),
-        # Inside a step this is the step's (for a hetjob: the component's) node count.
-        Macro.NUM_REPLICAS: ShellExpr("$SLURM_JOB_NUM_NODES"),
+        # Inside a step this is the step's (for a hetjob: the component's) node count; with
+        # spares the allocation is larger than the step, and srun leaves the job's count.
+        Macro.NUM_REPLICAS: ShellExpr(
+            "$SLURM_STEP_NUM_NODES" if opts is not None and opts.spares else "$SLURM_JOB_NUM_NODES"
+        ),
         Macro.RANK0_HOST: ShellExpr("$DISTSPEC_RANK0_HOST"),
         # The job's own port (job_rdzv_port): jobs sharing a first node do not meet.
         Macro.RDZV_PORT: ShellExpr(f"$(({DEFAULT_RDZV_PORT} + SLURM_JOB_ID % {RDZV_PORT_SPAN}))"),
@@ -370,6 +376,16 @@ def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool, job_dir: s
     role name reaches the task as ``$1`` of its ``bash -c``, whose functions come from
     ``declare -f`` in this shell."""
     flags = _srun_flags(index, role, opts, het, job_dir)
+    if opts.spares:
+        # The nodes this attempt chose (nodes.spare_pick), not the whole allocation,
+        # and one task each: srun would take the job's SLURM_NTASKS (one per node of it).
+        n = role.num_replicas
+        flags += [f"--nodes={n}", f"--ntasks={n}", '--nodelist="$distspec_step_nodes"']
+        # A step that lost a node stays RUNNING in slurmctld, holding its other nodes'
+        # CPUs, when its tasks there ended before the node was found dead (scancel does
+        # not end it): without --overlap the next step waits for it ("Requested nodes
+        # are busy"), seen for minutes on Slurm 22.05.
+        flags.append("--overlap")
     log = shell_word(log_file_name(role.name, "%t"), {})
     func = f"distspec_role_{index}"
     return (
@@ -382,6 +398,41 @@ def _srun_line(index: int, role: Role, opts: SlurmOptions, het: bool, job_dir: s
 
 def _nodes(role: Role) -> str:
     return f"{role.min_replicas}-{role.num_replicas}" if role.elastic else str(role.num_replicas)
+
+
+def _check_spares(app: AppDef, opts: SlurmOptions) -> None:
+    """Raise CompileError for a job that cannot keep ``spares``: only one role with a
+    fixed node count, started by torchrun or its command (the attempt loop), without
+    container=oci or env_to_local, which are set up for the allocation's nodes."""
+    if not opts.spares:
+        return
+    what = f"spares={opts.spares}"
+    if opts.workers is Workers.DIRECT:
+        raise _bad(
+            f"{what}: workers=direct has no attempt loop to run the step again on spare "
+            "nodes; use workers=torchrun (the default)"
+        )
+    if len(app.roles) > 1:
+        raise _bad(
+            f"{what}: app {app.name!r} has {len(app.roles)} roles (a heterogeneous job); "
+            "spare nodes are for a job of one role"
+        )
+    role = app.roles[0]
+    if role.elastic:
+        raise _bad(
+            f"{what}: role {role.name!r} is elastic ({_nodes(role)} nodes); spare nodes need "
+            "a fixed node count (-j NxM)"
+        )
+    if opts.container is Container.OCI:
+        raise _bad(
+            f"{what}: container=oci finds each task's node index among the allocation's "
+            "nodes, not the step's; use container=pyxis, podman or apptainer"
+        )
+    if opts.env_to_local is not None:
+        raise _bad(
+            f"{what}: env_to_local keeps a step on every node of the allocation, which a "
+            "dead node ends; leave env_to_local unset"
+        )
 
 
 def _single_quoted(text: str) -> str:
@@ -647,6 +698,7 @@ def compile_script(
     check_options(opts)
     if after and any(re.match(r"--dependency(=|$)", f) for f in opts.sbatch_args):
         raise _bad("sbatch_args --dependency and --after both set: give the dependency once")
+    _check_spares(app, opts)
     if opts.workers is Workers.DIRECT:
         from distspec.schedulers.slurm.direct import direct_script
 
@@ -669,9 +721,11 @@ def compile_script(
             out += [_directive(f) for f in _job_flags(app, opts, base, after, points)]
         else:
             out.append("#SBATCH hetjob")
-        out.append(f"#SBATCH --nodes={_nodes(role)}")
+        out.append(
+            f"#SBATCH --nodes={_nodes(role) if het or not opts.spares else role.num_replicas + opts.spares}"
+        )
         out += [_directive(f) for f in _resources(role, opts)]
-    if not het and not retries:
+    if not het and not retries and not opts.spares:
         out += _plain_body(app, opts, app_id=app_id, job_dir=base, points=points)
         return "\n".join(out) + "\n"
     kind = "heterogeneous job, one component per role" if het else "one role"
@@ -680,6 +734,7 @@ def compile_script(
         f"#   sbatch {app_id}.sbatch",
         *_array_comment(points, app_id),
         *(f"# role {role.name}: {_nodes(role)} node(s), one task per node" for role in app.roles),
+        *([f"# and {opts.spares} spare node(s): see distspec_pick_nodes"] if opts.spares else []),
         "",
         "# Replica i of a role logs to $DISTSPEC_JOB_DIR/<role>-<i>.log.",
         _job_folder(base, app, points),
@@ -695,10 +750,13 @@ def compile_script(
         else '"$SLURM_JOB_NODELIST"'
     )
     host = batch.rank0_host_word(opts.rank0_host, '"$distspec_host"')
+    if not opts.spares:
+        out += [
+            "# The rendezvous host: the first node of the (first role's) allocation.",
+            f"distspec_host=$(scontrol show hostnames {nodelist} | head -n1)",
+            f"export DISTSPEC_RANK0_HOST={host}",
+        ]
     out += [
-        "# The rendezvous host: the first node of the (first role's) allocation.",
-        f"distspec_host=$(scontrol show hostnames {nodelist} | head -n1)",
-        f"export DISTSPEC_RANK0_HOST={host}",
         "",
         "# Each role's command, run by every task of its step: $SLURM_NODEID is the",
         "# task's own node index there.",
@@ -723,7 +781,7 @@ def compile_script(
     if opts.requeue:
         signal = requeue_signal(opts)
         out.append(_requeue(signal, opts.requeue_before))
-    out += nodes.prologue_lines(opts)
+    out += nodes.prologue_lines(opts, nodes=app.roles[0].num_replicas)
     for index, (role, plan) in enumerate(zip(app.roles, plans, strict=True)):
         out += pull_step(role, plan, replica="SLURM_NODEID", het_group=index if het else None)
     out += [
@@ -733,5 +791,9 @@ def compile_script(
     steps = [_srun_line(index, role, opts, het, base) for index, role in enumerate(app.roles)]
     # After the requeue signal: requeue rather than retry (see distspec_requeued).
     check = ["  distspec_requeued && break"] if opts.requeue else []
-    out += batch.attempt_loop(steps, retries, check=[*check, *nodes.after_attempt(opts)])
+    pick = nodes.spare_pick(opts, nodes=app.roles[0].num_replicas, host=host)
+    check += [*nodes.spare_check(opts), *nodes.after_attempt(opts)]
+    # A run on spare nodes is an attempt, not a retry (distspec_spared).
+    spent = "distspec_attempt - distspec_spared" if opts.spares else "distspec_attempt"
+    out += batch.attempt_loop([*pick, *steps], retries, check=check, spent=spent)
     return "\n".join(out) + "\n"
