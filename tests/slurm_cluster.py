@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,8 @@ __all__ = [
     "cluster_is_up",
     "require_slurm_cluster",
     "slurm_cluster_unavailable_reason",
+    "until",
+    "use_slurm_cluster",
 ]
 
 #: The pytest marker these integration tests carry.
@@ -90,6 +94,25 @@ def cluster_has_accounting() -> bool:
     """True when the local cluster is up with slurmdbd accounting (sacct works)."""
     up, accounting = _status()
     return up and accounting
+
+
+def use_slurm_cluster() -> None:
+    """For a test that needs the cluster up in either accounting mode: skip with the
+    reason when it cannot run here, bring it up when it is down."""
+    reason = slurm_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if not cluster_is_up():
+        require_slurm_cluster()
+
+
+def until(check: Callable[[], bool], what: str, timeout: float, every: float = 0.3) -> None:
+    """Poll ``check`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(every)
 
 
 def require_slurm_cluster(accounting: bool = False) -> None:

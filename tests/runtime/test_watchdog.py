@@ -233,15 +233,18 @@ def _run(
     return proc, time.monotonic() - started
 
 
-def _processes_of(app_id: str) -> list[int]:
-    """The live processes whose environment names the run (``DISTSPEC_APP_ID``)."""
+def processes_with(variable: str) -> list[int]:
+    """The live (not zombie) processes whose environment has ``variable`` (``NAME=value``),
+    on this machine and the local clusters' nodes (network namespaces of this machine:
+    their processes are visible here)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             continue
-        if f"DISTSPEC_APP_ID={app_id}".encode() in environ:
+        if variable.encode() in environ and state != "Z":
             found.append(int(pid))
     return found
 
@@ -270,7 +273,9 @@ def test_a_hung_collective_is_reported_with_every_rank_s_stack(
     assert all(p["tool"] == "py-spy" and p["threads"] for p in ranks.values()), ranks
     text = (folder / "hang" / "stacks" / "job-0.txt").read_text()
     assert "all_reduce" in text and "--- rank 1, pid" in text, text
-    assert not _processes_of(folder.name), "a process of the hung job is still running"
+    assert not processes_with(f"DISTSPEC_APP_ID={folder.name}"), (
+        "a process of the hung job is still running"
+    )
     status = json.loads((folder / "state.json").read_text())
     assert status["state"] == "FAILED", status
     # distspec status says why, and --exit-status gives the watchdog's code.

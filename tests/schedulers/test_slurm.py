@@ -335,7 +335,12 @@ DUMP = (
 
 
 def _run_script(
-    text: str, tmp_path: Path, *, nodes: int = 2, timeout: float = 60
+    text: str,
+    tmp_path: Path,
+    *,
+    nodes: int = 2,
+    timeout: float = 60,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -347,11 +352,12 @@ def _run_script(
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "SLURM_JOB_ID": "42",
-        "SLURM_JOB_NODELIST": "n[0-1]",
+        "SLURM_JOB_NODELIST": "n0" if nodes == 1 else f"n[0-{nodes - 1}]",
         "SLURM_JOB_NUM_NODES": str(nodes),
         "SLURM_SUBMIT_DIR": str(tmp_path),
         "FAKE_NODES": str(nodes),
         "FAKE_SCONTROL_LOG": str(tmp_path / "scontrol.log"),
+        **(extra_env or {}),
     }
     return subprocess.run(
         ["bash", str(script)],

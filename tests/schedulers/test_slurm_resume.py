@@ -21,12 +21,8 @@ import pytest
 
 from distspec.schedulers.slurm import SlurmScheduler
 from distspec.specs import AppDef, AppState, Role
-from tests.schedulers.test_slurm import FAKE_SCONTROL, FAKE_SRUN
-from tests.slurm_cluster import (
-    cluster_is_up,
-    require_slurm_cluster,
-    slurm_cluster_unavailable_reason,
-)
+from tests.schedulers.test_slurm import _run_script
+from tests.slurm_cluster import until, use_slurm_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -44,32 +40,8 @@ def _script(tmp_path: Path, command: str, **opts: str) -> str:
 def _run(
     text: str, tmp_path: Path, *, restarts: int = 0, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
-        (bin_dir / name).write_text(body)
-        (bin_dir / name).chmod(0o755)
-    script = tmp_path / "job.sbatch"
-    script.write_text(text)
-    env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "SLURM_JOB_ID": "42",
-        "SLURM_JOB_NODELIST": "n0",
-        "SLURM_JOB_NUM_NODES": "1",
-        "SLURM_RESTART_COUNT": str(restarts),
-        "SLURM_SUBMIT_DIR": str(tmp_path),
-        "FAKE_NODES": "1",
-        "FAKE_SCONTROL_LOG": str(tmp_path / "scontrol.log"),
-    }
-    return subprocess.run(
-        ["bash", str(script)],
-        check=False,
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    env = {"SLURM_RESTART_COUNT": str(restarts)}
+    return _run_script(text, tmp_path, nodes=1, timeout=timeout, extra_env=env)
 
 
 def _requeues(tmp_path: Path) -> list[str]:
@@ -182,19 +154,7 @@ def test_the_retry_loop_says_failed_rank_or_hang(tmp_path: Path, hung: bool) -> 
 
 @pytest.fixture
 def cluster() -> None:
-    reason = slurm_cluster_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    if not cluster_is_up():
-        require_slurm_cluster()
-
-
-def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.3)
+    use_slurm_cluster()
 
 
 @pytest.mark.slurm
@@ -263,10 +223,10 @@ def test_a_requeued_job_saves_on_the_signal_and_resumes_twice(
     try:
         for run in range(2):
             # Generous: the cluster is shared, and the job may wait for other jobs' nodes.
-            _until(trained_past(20, run), f"run {run} to train", timeout=300)
+            until(trained_past(20, run), f"run {run} to train", timeout=300)
             # What Slurm does requeue_before seconds ahead of the time limit.
             subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
-            _until(requeued(run + 1), f"requeue {run + 1}: {sched.describe(job)}", timeout=90)
+            until(requeued(run + 1), f"requeue {run + 1}: {sched.describe(job)}", timeout=90)
         status = sched.wait(job, timeout=300)
         assert status is not None and status.state is AppState.SUCCEEDED, status
     finally:

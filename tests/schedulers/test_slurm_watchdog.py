@@ -13,12 +13,8 @@ from pathlib import Path
 import pytest
 
 from distspec.hangs import HUNG_EXIT, read_hang
-from tests.runtime.test_watchdog import HANGS
-from tests.slurm_cluster import (
-    cluster_is_up,
-    require_slurm_cluster,
-    slurm_cluster_unavailable_reason,
-)
+from tests.runtime.test_watchdog import HANGS, processes_with
+from tests.slurm_cluster import use_slurm_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -27,27 +23,7 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def cluster() -> None:
-    """The cluster up, or a skip with the reason."""
-    reason = slurm_cluster_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    if not cluster_is_up():
-        require_slurm_cluster()
-
-
-def _processes_of(job: str) -> list[int]:
-    """Live processes of Slurm job ``job`` on either node (the nodes are network
-    namespaces of this machine: their processes are visible here)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if f"SLURM_JOB_ID={job}".encode() in environ and state != "Z":
-            found.append(int(pid))
-    return found
+    use_slurm_cluster()
 
 
 def test_a_hung_2x2_job_is_reported_with_every_rank_s_stack(
@@ -99,6 +75,8 @@ def test_a_hung_2x2_job_is_reported_with_every_rank_s_stack(
     )
     assert queue.stdout.strip() == "", queue.stdout
     deadline = time.monotonic() + 30
-    while _processes_of(job.group(1)) and time.monotonic() < deadline:
+    while processes_with(f"SLURM_JOB_ID={job.group(1)}") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _processes_of(job.group(1)), "a process of the hung job is still running"
+    assert not processes_with(f"SLURM_JOB_ID={job.group(1)}"), (
+        "a process of the hung job is still running"
+    )
