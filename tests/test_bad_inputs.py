@@ -208,6 +208,54 @@ def _cases() -> Iterator[tuple[str, list[str], str | None, str]]:
                 None,
                 "checkpoint_dir=",
             )
+    # -- spare nodes (--spares / -cfg spares): Slurm only ----------------------------
+    for sched in ("local_cwd", "pbs", "kubernetes"):
+        for dry in (["--dryrun"], []):
+            yield (
+                f"spares-{sched}{'' if dry else '-submit'}",
+                ["run", *dry, "-s", sched, "--spares", "1", *_args(sched)],
+                None,
+                f"the {sched} backend cannot keep spare nodes",
+            )
+    for value in ("-1", "257", "99999999999999999999"):
+        yield (
+            f"spares-{value}",
+            ["run", "--dryrun", "-s", "slurm", "--spares", value, *DDP],
+            None,
+            "spares=",
+        )
+    for value in ("two", "1.5", "-3"):
+        yield (
+            f"spares-cfg-{value}",
+            ["run", "--dryrun", "-s", "slurm", "-cfg", f"spares={value}", *DDP],
+            None,
+            "spares",
+        )
+    yield (
+        "spares-not-a-number",
+        ["run", "--dryrun", "-s", "slurm", "--spares", "x", *DDP],
+        None,
+        "--spares",
+    )
+    for name, cfg, text in (
+        ("direct", "workers=direct", "workers=direct"),
+        ("oci", "container=oci", "container=oci"),
+        ("env-to-local", "env_to_local=/tmp", "env_to_local"),
+        ("srun-nodefile", "srun_args=--nodefile=/tmp/n", "--nodefile"),
+    ):
+        yield (
+            f"spares-{name}",
+            ["run", "--dryrun", "-s", "slurm", "--spares", "1", "-cfg", cfg, "dist.ddp", "-j",
+             "2x1", "--image", "/tmp", "--script", "train.py"],
+            None,
+            text,
+        )  # fmt: skip
+    yield (
+        "spares-elastic",
+        ["run", "--dryrun", "-s", "slurm", "--spares", "1", "dist.ddp", "-j", "1:2x1", "--script", "t.py"],
+        None,
+        "fixed node count",
+    )  # fmt: skip
     yield (
         "watchdog-in-a-container",
         ["run", "--dryrun", "-s", "slurm", "-cfg", "container=podman,watchdog=1m", *K8S],

@@ -104,6 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         help="submit a sweep of more points than the ceiling (1000) without asking",
     )
     parser.add_argument(
+        "--spares",
+        type=int,
+        metavar="N",
+        help="allocate N spare nodes: when a node of the job fails, it runs on from its "
+        "checkpoint on the others, in the same allocation (Slurm; -cfg spares=N)",
+    )
+    parser.add_argument(
         "component", metavar="COMPONENT", help="builtin name, path/file.py:fn or pkg.mod:fn"
     )
     parser.add_argument("component_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -173,6 +180,8 @@ def main(args: argparse.Namespace) -> int:
     cfg: dict[str, str] = {}
     for text in args.cfg:
         cfg.update(parse_cfg(text))
+    if args.spares is not None:
+        cfg["spares"] = _spares(runner, scheduler, args.spares)
     component = load(args.component)
     if args.sweep or args.sweep_file:
         from distspec.cli.sweep import run_sweep
@@ -196,6 +205,20 @@ def main(args: argparse.Namespace) -> int:
     keep_out = [args.output] if args.output else []
     request = runner.dryrun(app, scheduler, cfg, after=args.after, keep_out=keep_out)
     return submit_or_show(runner, request, args)
+
+
+def _spares(runner: Runner, scheduler: str, count: int) -> str:
+    """``--spares N`` as the run option ``spares``, which only a backend that can keep
+    spare nodes in a job's allocation declares; the option checks the number."""
+    from distspec.errors import UsageError
+
+    names = {spec.name for spec in runner.registry.get(scheduler).run_opts()}
+    if "spares" not in names:
+        raise UsageError(
+            f"--spares: the {scheduler} backend cannot keep spare nodes; Slurm can "
+            "(-s slurm --spares N)"
+        )
+    return str(count)
 
 
 def submit_or_show(

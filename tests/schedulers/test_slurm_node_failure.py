@@ -15,9 +15,11 @@ the end.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -172,6 +174,86 @@ def test_a_dead_node_is_left_behind_by_the_requeued_job(
             assert f"job {job} requeued without {dead}" in batch_log, batch_log
         else:
             assert f"distspec: node(s) {dead} of the last attempt failed" in batch_log, batch_log
+    finally:
+        sched.cancel(job)
+
+
+# -- spare nodes (--spares): the job goes on inside its allocation ----------------------
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+def test_with_a_spare_the_job_goes_on_from_its_checkpoint_in_the_same_allocation(
+    faults_partition: None, state_dir: Path
+) -> None:
+    """A 2x1 train_ddp job with ``--spares 1`` gets n2-n4 and runs on n2 and n3; n3 dies
+    after a checkpoint. Its step fails once slurmctld has n3 DOWN (~25 s), and the
+    script runs it again at once on n2 and n4 in the same allocation: no requeue, the
+    run resumes from its last checkpoint, as attempt 1 for a node failure."""
+    marker = f"spares-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.run(
+        [str(BIN / "distspec"), "run", "-s", "slurm", "--spares", "1", "-cfg",
+         f"partition={PARTITION}", "dist.ddp", "-j", "2x1", "--name", marker, "--script",
+         "examples/train_ddp.py", "--", "--steps", "200", "--log-every", "10",
+         "--save-every", "20", "--step-delay", "0.1", "--checkpoint", "none"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    handle = re.search(r"slurm://\S+", proc.stdout)
+    assert handle, proc.stdout
+    job = handle.group(0).rsplit("/", 1)[-1]
+    sched = SlurmScheduler(state_dir=state_dir)
+    record = sched._record(job)
+    assert record is not None
+    folder = Path(record.folder)
+    rank0 = folder / "train_ddp-0.log"
+    try:
+
+        def saved() -> bool:
+            status = sched.describe(job)
+            assert status is not None and not status.is_terminal, status
+            return rank0.exists() and "saved step 40\n" in rank0.read_text()
+
+        _until(saved, "the job to save step 40", 90)
+        hosts = sorted((folder / f"train_ddp-{i}.host").read_text().strip() for i in range(2))
+        assert hosts == ["n2", "n3"], hosts
+        subprocess.run([str(SCRIPT), "kill-node", "n3"], check=True, capture_output=True)
+        killed = time.monotonic()
+
+        def finished() -> bool:
+            status = sched.describe(job)
+            assert status is not None
+            if status.state is AppState.FAILED or status.state is AppState.CANCELLED:
+                pytest.fail(f"job {job} ended {status.format()}")
+            return status.state is AppState.SUCCEEDED
+
+        _until(finished, f"the job to finish on the spare: {sched.describe(job)}", 150)
+        took = time.monotonic() - killed
+        show = subprocess.run(
+            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True
+        ).stdout
+        assert " Restarts=0 " in show, show  # never went back to the queue
+        batch_log = next((state_dir / "slurm").glob(f"{marker}-{job}.out")).read_text()
+        assert "distspec: node(s) n3 of the step failed" in batch_log, batch_log
+        assert "distspec: attempt 1 runs on n2,n4" in batch_log, batch_log
+        assert (folder / "bad_nodes").read_text().split() == ["n3"]
+        assert (folder / "restart_reason").read_text().strip() == "node-failure"
+        assert (folder / "attempt").read_text().strip() == "1"
+        hosts = sorted((folder / f"train_ddp-{i}.host").read_text().strip() for i in range(2))
+        assert hosts == ["n2", "n4"], hosts
+        log = rank0.read_text()
+        resumed = re.findall(r"resuming from step (\d+) \(attempt (\d+), reason (\S+)\)", log)
+        assert len(resumed) == 1, log
+        step, attempt, reason = resumed[0]
+        assert (
+            int(step) >= 40 and int(step) % 20 == 0 and (attempt, reason) == ("1", "node-failure")
+        )
+        assert len(re.findall(r"step +1 +loss", log)) == 1, log  # step 1 ran once
+        assert "step   200  loss" in log and "done: loss" in log, log
+        print(f"killed n3 at step >= 40; finished {took:.0f} s later, resumed from {step}")
     finally:
         sched.cancel(job)
 
