@@ -258,6 +258,46 @@ def test_with_a_spare_the_job_goes_on_from_its_checkpoint_in_the_same_allocation
         sched.cancel(job)
 
 
+@pytest.mark.slurm
+def test_with_spares_a_dead_batch_host_ends_the_job_at_once(
+    faults_partition: None, state_dir: Path
+) -> None:
+    """Under --no-kill slurmctld keeps a job whose batch host died RUNNING, with no
+    script, until its time limit; the guard step on another node cancels it once the
+    host is bad (requeue=true would requeue it without the host, but the faults
+    partition has no fourth node to run 2 + 1 spare on)."""
+    sched = SlurmScheduler(state_dir=state_dir)
+    opts = sched.parse_options({"partition": PARTITION, "spares": "1", "time": "5"})
+    job = sched.submit(sched.compile(_worker(), opts, app_id="nodefail-t"))
+    record = sched._record(job)
+    assert record is not None
+    folder = Path(record.folder)
+    try:
+
+        def running() -> bool:
+            status = sched.describe(job)
+            assert status is not None and not status.is_terminal, status
+            return all((folder / f"w-{i}.host").exists() for i in range(2))
+
+        _until(running, "the job to run", 60)
+        subprocess.run([str(SCRIPT), "kill-node", "n2"], check=True, capture_output=True)
+        killed = time.monotonic()
+
+        def ended() -> bool:
+            status = sched.describe(job)
+            assert status is not None
+            return status.is_terminal
+
+        _until(ended, f"the job to end: {sched.describe(job)}", 60)
+        took = time.monotonic() - killed
+        assert (folder / "bad_nodes").read_text().split() == ["n2"]
+        batch_log = next((state_dir / "slurm").glob(f"nodefail-{job}.out")).read_text()
+        assert "distspec: the batch host n2 failed" in batch_log, batch_log
+        print(f"the batch host n2 killed; the job ended {took:.0f} s later")
+    finally:
+        sched.cancel(job)
+
+
 # -- bad input: one line, exit 2, nothing submitted --------------------------------------
 
 

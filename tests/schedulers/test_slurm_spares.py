@@ -20,6 +20,8 @@ from distspec.specs import AppDef, Role
 # Runs the command once per node of --nodelist (the step's), each task with its index
 # in the step, as srun does.
 FAKE_SRUN = r"""#!/bin/bash
+# The batch host's guard watches the real slurmctld's view of a node: not here.
+[[ " $* " == *" distspec-guard "* ]] && exit 0
 out="" nodes=""
 while [[ $1 == --* ]]; do
   case $1 in
@@ -132,6 +134,8 @@ def test_a_dead_node_of_the_step_is_replaced_by_a_spare_at_once(
     assert f"distspec: node(s) {dead} of the step failed" in proc.stderr
     assert f"distspec: running the step again on {then}, in the same allocation" in proc.stderr
     assert (tmp_path / "fake.log").read_text().splitlines() == ["srun on n0,n1", f"srun on {then}"]
+    # The guard's step runs on a node other than the batch host, the last one.
+    assert '--nodelist="$distspec_guard_node"' in _compile(_app(2), spares="1")
     assert (folder / "bad_nodes").read_text().split() == [dead]
     assert (folder / "attempt").read_text().strip() == "1"
     logs = _logs(folder)

@@ -42,6 +42,7 @@ __all__ = [
     "enabled",
     "prologue_lines",
     "spare_check",
+    "spare_guard",
     "spare_pick",
 ]
 
@@ -162,6 +163,47 @@ distspec_spare_step() {{
   echo "distspec: running the step again on $distspec_step_nodes, in the same allocation" >&2
 }}
 """
+
+
+_GUARD = """\
+# The batch host's guard (spares): under --no-kill a dead batch host takes this script with
+# it, and slurmctld keeps the job RUNNING on its other nodes, with no script, until its time
+# limit. So a one-task step on another node watches this host; once slurmctld has it bad,
+# the guard {action}.
+distspec_guard() {{
+  trap '' TERM
+  while sleep 5; do
+    [[ -n $(distspec_failed_nodes "$1") ]] || continue
+    echo "$1" >> "$DISTSPEC_JOB_DIR/bad_nodes"
+    {{ echo "distspec: the batch host $1 failed"; {run}; }} >> "$DISTSPEC_JOB_DIR.out" 2>&1
+    return
+  done
+}}
+distspec_batch_host=${{SLURMD_NODENAME:-$(hostname -s)}}
+distspec_guard_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -vxF "$distspec_batch_host" | tail -n1)
+# It writes to this script's log itself (what the step's --output holds may be lost).
+srun --overlap --nodes=1 --ntasks=1 --nodelist="$distspec_guard_node" --kill-on-bad-exit=0 \\
+  --output=/dev/null \\
+  bash -c "$(declare -f {functions})"'; distspec_guard "$1"' \\
+  distspec-guard "$distspec_batch_host" < /dev/null &
+"""
+
+
+def spare_guard(opts: SlurmOptions) -> list[str]:
+    """With ``spares``, the step that guards the batch host (:data:`_GUARD`), started in
+    the background before the first attempt; it ends with the job."""
+    if not opts.spares:
+        return []
+    functions = ["distspec_failed_nodes", "distspec_guard"]
+    if enabled(opts):
+        functions.insert(1, "distspec_requeue_without_bad_nodes")
+        action = "requeues the job without it (as exclude_failed_nodes does), or cancels it"
+        run = 'distspec_requeue_without_bad_nodes || scancel "$SLURM_JOB_ID"'
+    else:
+        action = "cancels the job (requeue=true requeues it without the host instead)"
+        run = 'scancel "$SLURM_JOB_ID"'
+    text = _GUARD.format(action=action, run=run, functions=" ".join(functions))
+    return text.splitlines()
 
 
 def prologue_lines(opts: SlurmOptions, *, nodes: int = 0) -> list[str]:

@@ -784,6 +784,7 @@ def compile_script(
     out += nodes.prologue_lines(opts, nodes=app.roles[0].num_replicas)
     for index, (role, plan) in enumerate(zip(app.roles, plans, strict=True)):
         out += pull_step(role, plan, replica="SLURM_NODEID", het_group=index if het else None)
+    out += nodes.spare_guard(opts)
     out += [
         "# One srun step per role. A failed attempt is retried max_retries times;",
         "# each attempt clears the previous attempt's exit codes.",
