@@ -30,8 +30,9 @@ saving and loading the latest one atomically, and pre-emption.
   attempt's start). A Slurm job requeued by Slurm itself (a node failure, pre-emption
   by another job, ``scontrol requeue``) is ``unknown``: no accounting database tells
   the script why; with ``-cfg exclude_failed_nodes=true`` the script writes
-  ``node-failure`` when it finds a node of the last run gone
-  (:mod:`distspec.schedulers.slurm.nodes`). ``preempted`` is reserved. Workers restarted by torchrun itself (``TORCHELASTIC_RESTART_COUNT``)
+  ``node-failure`` when it finds a node of the last run gone, and so does the
+  script of a job with spare nodes (``-cfg spares``) that runs its step again on
+  them (:mod:`distspec.schedulers.slurm.nodes`). ``preempted`` is reserved. Workers restarted by torchrun itself (``TORCHELASTIC_RESTART_COUNT``)
   are ``failed-rank``.
 - :func:`checkpoint_dir`: ``$DISTSPEC_CHECKPOINT_DIR`` (``-cfg checkpoint_dir=...``), else
   ``$DISTSPEC_JOB_DIR/checkpoints``, else ``./checkpoints``; the job folder is the same
