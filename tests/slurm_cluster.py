@@ -24,10 +24,12 @@ machine (the script installs packages and creates network namespaces).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +40,8 @@ __all__ = [
     "cluster_is_up",
     "require_slurm_cluster",
     "slurm_cluster_unavailable_reason",
+    "submitted",
+    "succeeded",
     "until",
     "use_slurm_cluster",
 ]
@@ -113,6 +117,33 @@ def until(check: Callable[[], bool], what: str, timeout: float, every: float = 0
         if time.monotonic() > deadline:
             pytest.fail(f"gave up waiting for {what}")
         time.sleep(every)
+
+
+def submitted(stdout: str, state_dir: Path) -> tuple[str, Path]:
+    """The Slurm job id and job folder of the job ``distspec run -s slurm`` printed the
+    handle of in ``stdout`` (submitted with ``DISTSPEC_STATE_DIR=state_dir``)."""
+    from distspec.schedulers.slurm import SlurmScheduler
+
+    handle = re.search(r"slurm://\S+", stdout)
+    assert handle, stdout
+    job = handle.group(0).rsplit("/", 1)[-1]
+    record = SlurmScheduler(state_dir=state_dir)._record(job)
+    assert record is not None, f"no record of job {job}"
+    return job, Path(record.folder)
+
+
+def succeeded(sched: Any, job: str) -> Callable[[], bool]:
+    """For :func:`until`: true once ``job`` has succeeded; fails the test when it ends
+    otherwise (``sched`` is a SlurmScheduler)."""
+
+    def check() -> bool:
+        status = sched.describe(job)
+        assert status is not None
+        if status.is_terminal and status.state.value != "SUCCEEDED":
+            pytest.fail(f"job {job} ended {status.format()}")
+        return bool(status.state.value == "SUCCEEDED")
+
+    return check
 
 
 def require_slurm_cluster(accounting: bool = False) -> None:

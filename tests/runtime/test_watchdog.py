@@ -201,35 +201,25 @@ def test_heartbeat_marks_this_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 # -- real jobs ------------------------------------------------------------------------
 
 
-def _run(
-    tmp_path: Path, script: str, period: str, *, extra: tuple[str, ...] = ()
+def run_watched(
+    tmp_path: Path,
+    script: str,
+    period: str,
+    *,
+    scheduler: str = "local_cwd",
+    shape: str = "1x2",
+    timeout: float = 240,
 ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``distspec run --wait`` of ``script`` as a dist.ddp job under ``-cfg watchdog``:
+    (the process, seconds it took)."""
     (tmp_path / "job.py").write_text(script)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     started = time.monotonic()
     proc = subprocess.run(
-        [
-            str(BIN / "distspec"),
-            "run",
-            "--wait",
-            "-s",
-            "local_cwd",
-            "-cfg",
-            f"watchdog={period}",
-            "dist.ddp",
-            "-j",
-            "1x2",
-            *extra,
-            "--script",
-            "job.py",
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+        [str(BIN / "distspec"), "run", "--wait", "-s", scheduler, "-cfg", f"watchdog={period}",
+         "dist.ddp", "-j", shape, "--script", "job.py"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
     return proc, time.monotonic() - started
 
 
@@ -258,7 +248,7 @@ def _run_dir(proc: subprocess.CompletedProcess[str]) -> Path:
 def test_a_hung_collective_is_reported_with_every_rank_s_stack(
     tmp_path: Path, state_dir: Path
 ) -> None:
-    proc, took = _run(tmp_path, HANGS, "10s")
+    proc, took = run_watched(tmp_path, HANGS, "10s")
     assert proc.returncode == HUNG_EXIT, proc.stderr
     assert re.search(r"HUNG after \S+: no rank made progress for 10s", proc.stderr), proc.stderr
     # Rank 0 waits in the all_reduce train_step makes; rank 1 sleeps in main.
@@ -291,7 +281,7 @@ def test_a_hung_collective_is_reported_with_every_rank_s_stack(
 
 
 def test_heartbeats_make_output_no_longer_count(tmp_path: Path, state_dir: Path) -> None:
-    proc, _ = _run(tmp_path, NOISY, "10s")
+    proc, _ = run_watched(tmp_path, NOISY, "10s")
     assert proc.returncode == HUNG_EXIT, proc.stderr
     assert "(no heartbeat from any rank)" in proc.stderr, proc.stderr
     assert re.search(r"\n  rank 0 in all_reduce at job\.py:15 ", proc.stderr), proc.stderr
@@ -299,7 +289,7 @@ def test_heartbeats_make_output_no_longer_count(tmp_path: Path, state_dir: Path)
 
 
 def test_slow_steady_progress_is_not_a_hang(tmp_path: Path, state_dir: Path) -> None:
-    proc, took = _run(tmp_path, SLOW, "10s")
+    proc, took = run_watched(tmp_path, SLOW, "10s")
     assert proc.returncode == 0, proc.stderr
     assert "HUNG" not in proc.stderr and took > 20, (took, proc.stderr)
     assert read_hang(_run_dir(proc)) is None

@@ -20,31 +20,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from distspec.cli.main import main
 from distspec.schedulers.slurm import SlurmScheduler
-from distspec.specs import AppDef, AppState, Role
-from tests.slurm_cluster import (
-    SCRIPT,
-    cluster_is_up,
-    require_slurm_cluster,
-    slurm_cluster_unavailable_reason,
-)
+from distspec.specs import AppDef, Role
+from tests.slurm_cluster import SCRIPT, submitted, succeeded, until, use_slurm_cluster
 
 PARTITION = "faults"
 NODES = ("n2", "n3", "n4")
-
-
-def _until(check: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.5)
 
 
 def _node_state(node: str) -> str:
@@ -70,7 +57,7 @@ def _restore() -> None:
                 capture_output=True,
                 check=False,
             )
-    _until(
+    until(
         lambda: all(_node_state(n) in {"idle", "mix", "alloc"} for n in NODES),
         f"{NODES} back in service",
         60,
@@ -80,18 +67,14 @@ def _restore() -> None:
 @pytest.fixture
 def faults_partition() -> Iterator[None]:
     """The cluster up with its faults partition, whose nodes are restored at the end."""
-    reason = slurm_cluster_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    if not cluster_is_up():
-        require_slurm_cluster()
+    use_slurm_cluster()
     if any(_node_state(n) != "idle" for n in NODES):
         # Left down by an earlier run, or a cluster brought up by an older
         # scripts/slurm-cluster, without the faults partition: `up` restarts its daemons
         # with the new slurm.conf. Idle, not still completing a job, or the job may
         # start elsewhere than on n2.
         _restore()
-        _until(lambda: all(_node_state(n) == "idle" for n in NODES), f"{NODES} idle", 60)
+        until(lambda: all(_node_state(n) == "idle" for n in NODES), f"{NODES} idle", 60)
     try:
         yield
     finally:
@@ -138,21 +121,14 @@ def test_a_dead_node_is_left_behind_by_the_requeued_job(
             hosts = [folder / f"w-{i}.host" for i in range(2)]
             return all(h.exists() and h.read_text().strip() for h in hosts)
 
-        _until(on_two_nodes, "the job to run", 60)
+        until(on_two_nodes, "the job to run", 60)
         first = sorted((folder / f"w-{i}.host").read_text().strip() for i in range(2))
         assert first == ["n2", "n3"], first
         subprocess.run([str(SCRIPT), "kill-node", dead], check=True, capture_output=True)
 
-        def finished() -> bool:
-            status = sched.describe(job)
-            assert status is not None
-            if status.state is AppState.FAILED or status.state is AppState.CANCELLED:
-                pytest.fail(f"job {job} ended {status.format()}")
-            return status.state is AppState.SUCCEEDED
-
         # ~25 s until the node is DOWN (SlurmdTimeout=10), 31 s before a requeued job
         # may start (cred_expire=30).
-        _until(finished, f"the requeued job to finish: {sched.describe(job)}", 150)
+        until(succeeded(sched, job), f"the requeued job to finish: {sched.describe(job)}", 150)
         show = subprocess.run(
             ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True
         ).stdout
@@ -202,13 +178,8 @@ def test_with_a_spare_the_job_goes_on_from_its_checkpoint_in_the_same_allocation
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = re.search(r"slurm://\S+", proc.stdout)
-    assert handle, proc.stdout
-    job = handle.group(0).rsplit("/", 1)[-1]
+    job, folder = submitted(proc.stdout, state_dir)
     sched = SlurmScheduler(state_dir=state_dir)
-    record = sched._record(job)
-    assert record is not None
-    folder = Path(record.folder)
     rank0 = folder / "train_ddp-0.log"
     try:
 
@@ -217,20 +188,13 @@ def test_with_a_spare_the_job_goes_on_from_its_checkpoint_in_the_same_allocation
             assert status is not None and not status.is_terminal, status
             return rank0.exists() and "saved step 40\n" in rank0.read_text()
 
-        _until(saved, "the job to save step 40", 90)
+        until(saved, "the job to save step 40", 90)
         hosts = sorted((folder / f"train_ddp-{i}.host").read_text().strip() for i in range(2))
         assert hosts == ["n2", "n3"], hosts
         subprocess.run([str(SCRIPT), "kill-node", "n3"], check=True, capture_output=True)
         killed = time.monotonic()
 
-        def finished() -> bool:
-            status = sched.describe(job)
-            assert status is not None
-            if status.state is AppState.FAILED or status.state is AppState.CANCELLED:
-                pytest.fail(f"job {job} ended {status.format()}")
-            return status.state is AppState.SUCCEEDED
-
-        _until(finished, f"the job to finish on the spare: {sched.describe(job)}", 150)
+        until(succeeded(sched, job), f"the job to finish on the spare: {sched.describe(job)}", 150)
         took = time.monotonic() - killed
         show = subprocess.run(
             ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True
@@ -279,7 +243,7 @@ def test_with_spares_a_dead_batch_host_ends_the_job_at_once(
             assert status is not None and not status.is_terminal, status
             return all((folder / f"w-{i}.host").exists() for i in range(2))
 
-        _until(running, "the job to run", 60)
+        until(running, "the job to run", 60)
         subprocess.run([str(SCRIPT), "kill-node", "n2"], check=True, capture_output=True)
         killed = time.monotonic()
 
@@ -288,7 +252,7 @@ def test_with_spares_a_dead_batch_host_ends_the_job_at_once(
             assert status is not None
             return status.is_terminal
 
-        _until(ended, f"the job to end: {sched.describe(job)}", 60)
+        until(ended, f"the job to end: {sched.describe(job)}", 60)
         took = time.monotonic() - killed
         assert (folder / "bad_nodes").read_text().split() == ["n2"]
         batch_log = next((state_dir / "slurm").glob(f"nodefail-{job}.out")).read_text()

@@ -22,7 +22,7 @@ import pytest
 from distspec.schedulers.slurm import SlurmScheduler
 from distspec.specs import AppDef, AppState, Role
 from tests.schedulers.test_slurm import _run_script
-from tests.slurm_cluster import until, use_slurm_cluster
+from tests.slurm_cluster import submitted, until, use_slurm_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -173,13 +173,8 @@ def test_a_requeued_job_saves_on_the_signal_and_resumes_twice(
         env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = re.search(r"slurm://\S+", proc.stdout)
-    assert handle, proc.stdout
-    job = handle.group(0).rsplit("/", 1)[-1]
+    job, folder = submitted(proc.stdout, state_dir)
     sched = SlurmScheduler(state_dir=state_dir)
-    record = sched._record(job)
-    assert record is not None
-    folder = Path(record.folder)
 
     def rank0_log() -> str:
         logs = sorted(folder.glob("*-0.log"))

@@ -3,7 +3,6 @@ torchrun job (gloo) whose rank 1 never reaches the collective the others wait in
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from distspec.hangs import HUNG_EXIT, read_hang
-from tests.runtime.test_watchdog import HANGS, processes_with
+from tests.runtime.test_watchdog import HANGS, processes_with, run_watched
 from tests.slurm_cluster import use_slurm_cluster
 
 pytestmark = pytest.mark.slurm
@@ -29,32 +28,7 @@ def cluster() -> None:
 def test_a_hung_2x2_job_is_reported_with_every_rank_s_stack(
     cluster: None, tmp_path: Path, state_dir: Path
 ) -> None:
-    (tmp_path / "job.py").write_text(HANGS)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
-    started = time.monotonic()
-    proc = subprocess.run(
-        [
-            str(BIN / "distspec"),
-            "run",
-            "--wait",
-            "-s",
-            "slurm",
-            "-cfg",
-            "watchdog=15s",
-            "dist.ddp",
-            "-j",
-            "2x2",
-            "--script",
-            "job.py",
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    took = time.monotonic() - started
+    proc, took = run_watched(tmp_path, HANGS, "15s", scheduler="slurm", shape="2x2", timeout=300)
     assert proc.returncode == HUNG_EXIT, proc.stdout + proc.stderr
     assert re.search(r"HUNG after \S+: no rank made progress for 15s", proc.stderr), proc.stderr
     # Ranks 0, 2 and 3 wait in the all_reduce (on both nodes); rank 1 sleeps on n0.
