@@ -18,8 +18,8 @@ through its output instead. Outside a job folder, or without the watchdog, nothi
 is written.
 
 Under the watchdog the first call also registers :mod:`faulthandler` on ``SIGUSR2``
-(unless the script set its own handler), so that the watchdog can ask this process for its Python stack
-when `py-spy` cannot read it. Callbacks in :data:`HOOKS` run on each call (in the
+(unless the script set its own handler), so that the watchdog can ask this process
+for its Python stack when `py-spy` cannot read it. Callbacks in :data:`HOOKS` run on each call (in the
 calling thread): the pre-emption check of :mod:`distspec.runtime.resume` is one.
 """
 

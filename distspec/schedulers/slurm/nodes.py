@@ -72,18 +72,22 @@ distspec_failed_nodes() {{
     if (bad && name != "") print name
   }}'
 }}
+# The bad nodes of hostlist $1 join bad_nodes, and the log says so ($2: whose nodes).
+# Returns 1 when none is bad.
+distspec_add_bad_nodes() {{
+  local bad
+  bad=$(distspec_failed_nodes "$1")
+  [[ -n $bad ]] || return 1
+  printf '%s\\n' $bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
+  echo "distspec: node(s) $(echo $bad) $2failed" >&2
+}}
 """
 
 _REQUEUE = """\
 # After a failed step: if a node of the allocation is bad, add it to bad_nodes and requeue
 # the job without it. Returns 1 when none is bad (or the job was cancelled).
 distspec_leave_bad_nodes() {{
-  local bad
-  bad=$(distspec_failed_nodes "$SLURM_JOB_NODELIST")
-  [[ -n $bad ]] || return 1
-  printf '%s\\n' $bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
-  echo "distspec: node(s) $(echo $bad) failed" >&2
-  distspec_requeue_without_bad_nodes
+  distspec_add_bad_nodes "$SLURM_JOB_NODELIST" "" && distspec_requeue_without_bad_nodes
 }}
 # Make the next attempt exclude every node in bad_nodes (ExcNodeList, which only a job
 # that is not running takes: requeue the job first if Slurm has not).
@@ -112,11 +116,8 @@ if [[ -e "$DISTSPEC_JOB_DIR/node_failure" ]]; then
   echo node-failure > "$DISTSPEC_JOB_DIR/restart_reason"
   rm -f "$DISTSPEC_JOB_DIR/node_failure"
 elif [[ $(cat "$DISTSPEC_JOB_DIR/restart_reason" 2> /dev/null) == unknown && -s "$DISTSPEC_JOB_DIR/nodes" ]]; then
-  distspec_bad=$(distspec_failed_nodes "$(paste -sd, - < "$DISTSPEC_JOB_DIR/nodes")")
-  if [[ -n $distspec_bad ]]; then
-    printf '%s\\n' $distspec_bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
+  if distspec_add_bad_nodes "$(paste -sd, - < "$DISTSPEC_JOB_DIR/nodes")" "of the last attempt "; then
     echo node-failure > "$DISTSPEC_JOB_DIR/restart_reason"
-    echo "distspec: node(s) $(echo $distspec_bad) of the last attempt failed" >&2
   fi
 fi
 scontrol show hostnames "$SLURM_JOB_NODELIST" > "$DISTSPEC_JOB_DIR/nodes"
@@ -150,11 +151,7 @@ distspec_pick_nodes() {{
 # healthy nodes remain, run the step again on them at once (restart_reason node-failure).
 # Returns 1 when no node of the step is bad, or too few remain.
 distspec_spare_step() {{
-  local bad
-  bad=$(distspec_failed_nodes "$distspec_step_nodes")
-  [[ -n $bad ]] || return 1
-  printf '%s\\n' $bad >> "$DISTSPEC_JOB_DIR/bad_nodes"
-  echo "distspec: node(s) $(echo $bad) of the step failed" >&2
+  distspec_add_bad_nodes "$distspec_step_nodes" "of the step " || return 1
   if ! distspec_pick_nodes; then
     echo "distspec: fewer than {n} healthy nodes left in the allocation: no spare to run on" >&2
     return 1
