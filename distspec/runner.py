@@ -249,6 +249,15 @@ class Runner:
         sched = self.scheduler(scheduler)
         opts = self.options(scheduler, cfg)
         compiled = app
+        faults = getattr(opts, "watchdog", None) is not None or bool(
+            getattr(opts, "checkpoint_dir", None)
+        )
+        # What can be refused cheaply is, before a snapshot's walk of the code folder.
+        sched.check(app, opts)
+        if faults:
+            from distspec.specs.faults import check
+
+            check(opts, shared_files=sched.capabilities.shared_files)
         if snapshot is None and _wants_snapshot(opts, sched):
             from distspec.snapshot.policy import plan
 
@@ -259,7 +268,7 @@ class Runner:
             from distspec.snapshot.policy import rewrite
 
             compiled = rewrite(app, snapshot, sched, opts)
-        if getattr(opts, "watchdog", None) is not None or getattr(opts, "checkpoint_dir", None):
+        if faults:
             from distspec.specs.faults import apply
 
             shared = sched.capabilities.shared_files

@@ -396,6 +396,16 @@ class Scheduler(abc.ABC, Generic[OptsT]):
         ``after`` is empty unless :attr:`Capabilities.dependencies` is set: the jobs this
         one waits for (:class:`Dependency`)."""
 
+    def check(self, app: AppDef, opts: OptsT) -> None:
+        """Refuse, before anything costly is done for it, a job this backend cannot run:
+        the runner calls this ahead of the code snapshot (whose walk of a large folder
+        may stop at its own cap first, hiding the job's real fault), and
+        :meth:`compile` checks again. The default checks nothing.
+
+        Raises:
+            CompileError: what compile would raise for ``app`` with ``opts``.
+        """
+
     def compile_array(
         self,
         app: AppDef,

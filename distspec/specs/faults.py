@@ -105,24 +105,21 @@ def _bad_period(text: str, why: str) -> UsageError:
     return UsageError(f"watchdog={text!r}: {why}")
 
 
-def apply(app: AppDef, opts: Any, *, shared_files: bool, python: str) -> AppDef:
-    """``app`` with ``opts``' fault-tolerance options applied (see the module's
-    docstring). ``shared_files``: the job sees this machine's files (local_cwd, Slurm,
-    PBS), so a local ``checkpoint_dir`` is checked here; ``python``: the interpreter
-    the watchdog runs with (this one where the job sees this machine's files).
+def check(opts: Any, *, shared_files: bool) -> None:
+    """Refuse ``opts``' fault-tolerance options that cannot work (see :func:`apply`);
+    the runner asks before the code snapshot, so a bad option is said first.
 
     Raises:
-        UsageError: a bad period, a role in a container with a watchdog, a
-            ``checkpoint_dir`` that is relative or cannot be written.
+        UsageError: a bad period, a watchdog in a container, a ``checkpoint_dir`` that
+            is relative or cannot be written.
     """
     period = getattr(opts, "watchdog", None)
     folder = getattr(opts, "checkpoint_dir", None)
-    if period is None and folder is None:
-        return app
-    seconds = parse_period(period) if period is not None else None
+    if period is not None:
+        parse_period(period)
     if folder:
         _check_folder(folder, shared_files)
-    if seconds is not None:
+    if period is not None:
         container = getattr(opts, "container", None)
         runtime = str(getattr(container, "value", container or "none"))
         if runtime != "none":
@@ -130,6 +127,23 @@ def apply(app: AppDef, opts: Any, *, shared_files: bool, python: str) -> AppDef:
                 f"watchdog: not available inside containers yet (-cfg container={runtime}); "
                 "run without the container or without the watchdog"
             )
+
+
+def apply(app: AppDef, opts: Any, *, shared_files: bool, python: str) -> AppDef:
+    """``app`` with ``opts``' fault-tolerance options applied (see the module's
+    docstring). ``shared_files``: the job sees this machine's files (local_cwd, Slurm,
+    PBS), so a local ``checkpoint_dir`` is checked here; ``python``: the interpreter
+    the watchdog runs with (this one where the job sees this machine's files).
+
+    Raises:
+        UsageError: what :func:`check` refuses.
+    """
+    period = getattr(opts, "watchdog", None)
+    folder = getattr(opts, "checkpoint_dir", None)
+    if period is None and folder is None:
+        return app
+    check(opts, shared_files=shared_files)
+    seconds = parse_period(period) if period is not None else None
     total = sum(r.num_replicas for r in app.roles)
     roles = tuple(_role(r, seconds, folder, total, python) for r in app.roles)
     return replace(app, roles=roles)

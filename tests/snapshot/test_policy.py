@@ -241,3 +241,24 @@ def test_distspec_s_own_folders_inside_the_repository_are_never_taken(
     assert runner.dryrun(app, "slurm", {"job_dir": str(repo / "jobs [x]")}).snapshot.tree_id == (
         jobs.tree_id
     )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "refusal"),
+    [
+        ({"spares": "1", "workers": "direct"}, "workers=direct has no attempt loop"),
+        ({"watchdog": "1m", "container": "podman"}, "watchdog: not available inside containers"),
+        ({"checkpoint_dir": "ckpt"}, "checkpoint_dir='ckpt'"),
+    ],
+)
+def test_a_job_the_backend_refuses_is_refused_before_the_snapshot_walk(
+    repo: Path, cfg: dict[str, str], refusal: str
+) -> None:
+    """A code folder over the snapshot's cap would otherwise hide the job's own fault
+    behind the cap's error (seen with --image /tmp on a machine with a full /tmp)."""
+    write(repo, {"big.bin": "x" * (2 << 20)})
+    with pytest.raises(SnapshotError, match="cap of"):
+        Runner().dryrun(ddp(script="train.py"), "slurm", {"snapshot_max_mb": "1"})
+    with pytest.raises(Exception, match=refusal) as caught:
+        Runner().dryrun(ddp(script="train.py"), "slurm", {"snapshot_max_mb": "1", **cfg})
+    assert not isinstance(caught.value, SnapshotError)

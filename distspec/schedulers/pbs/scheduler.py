@@ -42,7 +42,7 @@ from distspec.schedulers.batch.direct import task_count
 from distspec.schedulers.batch.folder import parse_int, read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord, write_private
 from distspec.schedulers.environment import submit_env
-from distspec.schedulers.pbs.options import NAME, PbsOptions, check_container
+from distspec.schedulers.pbs.options import NAME, PbsOptions, check_container, check_options
 from distspec.schedulers.pbs.script import DEPENDENCY_KINDS, compile_script
 from distspec.schedulers.pbs.status import (
     FINISHED,
@@ -111,6 +111,10 @@ class PbsScheduler(BatchScheduler[PbsOptions, JobInfo]):
         self._max_array_read = False
 
     # -- pure ------------------------------------------------------------------
+
+    def check(self, app: AppDef, opts: PbsOptions) -> None:
+        """Refuse bad options before the snapshot."""
+        check_options(opts)
 
     def _script(
         self,

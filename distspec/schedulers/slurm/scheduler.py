@@ -27,8 +27,8 @@ from distspec.schedulers.batch.direct import task_count
 from distspec.schedulers.batch.folder import read_job_folder
 from distspec.schedulers.batch.scheduler import BatchScheduler, JobRecord
 from distspec.schedulers.environment import submit_env
-from distspec.schedulers.slurm.options import NAME, SlurmOptions
-from distspec.schedulers.slurm.script import check_job_id, compile_script
+from distspec.schedulers.slurm.options import NAME, SlurmOptions, check_options
+from distspec.schedulers.slurm.script import check_job_id, check_spares, compile_script
 from distspec.schedulers.slurm.status import (
     SLURM_STATES,
     JobInfo,
@@ -91,6 +91,11 @@ class SlurmScheduler(BatchScheduler[SlurmOptions, JobInfo]):
         self._max_array_read = False
 
     # -- pure ------------------------------------------------------------------
+
+    def check(self, app: AppDef, opts: SlurmOptions) -> None:
+        """Refuse bad options, and spare nodes for a job that cannot keep them."""
+        check_options(opts)
+        check_spares(app, opts)
 
     def _script(
         self,

@@ -400,7 +400,7 @@ def _nodes(role: Role) -> str:
     return f"{role.min_replicas}-{role.num_replicas}" if role.elastic else str(role.num_replicas)
 
 
-def _check_spares(app: AppDef, opts: SlurmOptions) -> None:
+def check_spares(app: AppDef, opts: SlurmOptions) -> None:
     """Raise CompileError for a job that cannot keep ``spares``: only one role with a
     fixed node count, started by torchrun or its command (the attempt loop), without
     container=oci or env_to_local, which are set up for the allocation's nodes."""
@@ -698,7 +698,7 @@ def compile_script(
     check_options(opts)
     if after and any(re.match(r"--dependency(=|$)", f) for f in opts.sbatch_args):
         raise _bad("sbatch_args --dependency and --after both set: give the dependency once")
-    _check_spares(app, opts)
+    check_spares(app, opts)
     if opts.workers is Workers.DIRECT:
         from distspec.schedulers.slurm.direct import direct_script
 
